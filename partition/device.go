@@ -1,0 +1,203 @@
+// Package partition reads the GPUs of a node, knows which MIG geometries each
+// GPU model supports, plans the smallest set of NVML operations that turns the
+// current partition of a GPU into the desired one, and applies such a plan.
+//
+// Everything here talks to the GPUs through NVML, the narrow interface
+// defined in this file. The real implementation (NewNVML) wraps go-nvml; the
+// simulator in partition/sim implements the same interface for tests, demos
+// and carvectl.
+package partition
+
+import (
+	"errors"
+	"time"
+)
+
+// MIGMode is a GPU's MIG mode as NVML reports it.
+type MIGMode int
+
+const (
+	// MIGDisabled means the GPU is one whole device.
+	MIGDisabled MIGMode = 0
+	// MIGEnabled means the GPU can be split into GPU instances.
+	MIGEnabled MIGMode = 1
+)
+
+// String returns "enabled" or "disabled".
+func (m MIGMode) String() string {
+	if m == MIGEnabled {
+		return "enabled"
+	}
+	return "disabled"
+}
+
+// Placement is where a GPU instance sits on its GPU, counted in memory
+// slices: it covers slices [Start, Start+Size).
+type Placement struct {
+	Start int `json:"start"`
+	Size  int `json:"size"`
+}
+
+// End returns the first memory slice after the placement.
+func (p Placement) End() int { return p.Start + p.Size }
+
+// Overlaps reports whether two placements share a memory slice.
+func (p Placement) Overlaps(q Placement) bool {
+	return p.Start < q.End() && q.Start < p.End()
+}
+
+// GIProfile describes one GPU instance profile a device supports, as NVML's
+// GPU instance profile info and possible placements report it.
+type GIProfile struct {
+	// ID is NVML's profile ID (nvml.GPU_INSTANCE_PROFILE_*).
+	ID int `json:"id"`
+	// Name is the MIG profile name, e.g. "1g.10gb" or "1g.10gb+me".
+	Name string `json:"name"`
+	// ComputeSlices is the number of compute slices (the "1g" in "1g.10gb").
+	ComputeSlices int `json:"computeSlices"`
+	// MemorySlices is the number of memory slices an instance covers.
+	MemorySlices int `json:"memorySlices"`
+	// MemoryMiB is the memory of one instance.
+	MemoryMiB uint64 `json:"memoryMiB"`
+	// MaxCount is the most instances of this profile one GPU may hold.
+	MaxCount int `json:"maxCount"`
+	// MediaExtensions marks "+me" profiles; a GPU holds at most one such
+	// instance in all.
+	MediaExtensions bool `json:"mediaExtensions,omitempty"`
+	// Placements lists the valid placements, in start order.
+	Placements []Placement `json:"placements"`
+}
+
+// GPUInstance is an existing GPU instance on a device.
+type GPUInstance struct {
+	ID        int       `json:"id"`
+	ProfileID int       `json:"profileID"`
+	Placement Placement `json:"placement"`
+}
+
+// ComputeInstance is an existing compute instance inside a GPU instance.
+type ComputeInstance struct {
+	ID   int `json:"id"`
+	GIID int `json:"giID"`
+	// ComputeSlices is how many of the GPU instance's compute slices it
+	// uses; a compute instance that fills its GPU instance uses them all.
+	ComputeSlices int `json:"computeSlices"`
+	// UUID is the MIG device UUID ("MIG-...") of this GI/CI pair.
+	UUID string `json:"uuid"`
+}
+
+// Link says how closely two GPUs are connected.
+type Link struct {
+	// NVLinks is the number of NVLink lanes between the two GPUs.
+	NVLinks int `json:"nvlinks"`
+	// PCIe is NVML's common-ancestor level (nvml.TOPOLOGY_*): 0 internal,
+	// 10 single switch, 20 multiple switches, 30 host bridge, 40 NUMA node,
+	// 50 system. Lower is closer.
+	PCIe int `json:"pcie"`
+}
+
+// XIDEvent is a critical error NVML reported on a device.
+type XIDEvent struct {
+	// UUID is the GPU's UUID.
+	UUID string
+	// XID is the error code.
+	XID uint64
+	// GIID and CIID name the MIG instance the error hit, or -1 when it hit
+	// the whole GPU.
+	GIID, CIID int
+	// Time is when the event was seen.
+	Time time.Time
+}
+
+// NVML is the part of NVML that carve uses. Implementations return errors
+// that wrap the sentinel errors below, so callers can test for them with
+// errors.Is whatever the implementation.
+type NVML interface {
+	// Init opens the library; every other call needs it first.
+	Init() error
+	// Shutdown closes the library.
+	Shutdown() error
+	// DeviceCount returns the number of GPUs.
+	DeviceCount() (int, error)
+	// Device returns the GPU at an index in [0, DeviceCount).
+	Device(index int) (Device, error)
+	// Topology tells how closely the GPUs at two indexes are connected.
+	Topology(a, b int) (Link, error)
+	// WatchXIDs returns an event set that reports critical XID errors of
+	// the given GPUs (by index).
+	WatchXIDs(indexes []int) (EventSet, error)
+}
+
+// EventSet delivers XID events.
+type EventSet interface {
+	// Wait blocks until an event arrives or the timeout passes; on timeout
+	// it returns an error wrapping ErrTimeout.
+	Wait(timeout time.Duration) (XIDEvent, error)
+	// Close frees the event set.
+	Close() error
+}
+
+// Device is one physical GPU.
+type Device interface {
+	// Index is the GPU's NVML index.
+	Index() int
+	// UUID is the GPU's UUID ("GPU-...").
+	UUID() (string, error)
+	// Name is the product name, e.g. "NVIDIA H100 80GB HBM3".
+	Name() (string, error)
+	// PCIBusID is the PCI bus ID, e.g. "00000000:07:00.0".
+	PCIBusID() (string, error)
+	// MemoryMiB is the total memory.
+	MemoryMiB() (uint64, error)
+	// MIGMode returns the current and the pending MIG mode. A GPU without
+	// MIG support returns an error wrapping ErrNotSupported.
+	MIGMode() (current, pending MIGMode, err error)
+	// SetMIGMode sets the pending MIG mode; it takes effect at the next
+	// GPU reset or reboot.
+	SetMIGMode(mode MIGMode) error
+	// Reset resets the GPU, making a pending MIG mode current. It fails
+	// with ErrInUse while processes hold the GPU, and with ErrNotSupported
+	// where only a reboot will do (some VMs).
+	Reset() error
+	// Processes returns the number of processes that hold the GPU or any
+	// of its MIG devices.
+	Processes() (int, error)
+	// GPUInstanceProfiles lists the GPU instance profiles the GPU supports,
+	// with their possible placements. It needs MIG mode enabled.
+	GPUInstanceProfiles() ([]GIProfile, error)
+	// GPUInstances lists the existing GPU instances.
+	GPUInstances() ([]GPUInstance, error)
+	// CreateGPUInstance creates a GPU instance of a profile at a placement.
+	CreateGPUInstance(profileID int, at Placement) (GPUInstance, error)
+	// DestroyGPUInstance destroys a GPU instance that has no compute
+	// instances left.
+	DestroyGPUInstance(giID int) error
+	// ComputeInstances lists the compute instances of a GPU instance.
+	ComputeInstances(giID int) ([]ComputeInstance, error)
+	// CreateComputeInstance creates one compute instance that fills the
+	// GPU instance.
+	CreateComputeInstance(giID int) (ComputeInstance, error)
+	// DestroyComputeInstance destroys a compute instance.
+	DestroyComputeInstance(giID, ciID int) error
+}
+
+// Errors that NVML implementations wrap.
+var (
+	// ErrLibraryNotFound means no NVML library is installed.
+	ErrLibraryNotFound = errors.New("NVML library not found")
+	// ErrNotSupported means the device cannot do what was asked.
+	ErrNotSupported = errors.New("not supported")
+	// ErrInUse means a process holds the instance or GPU.
+	ErrInUse = errors.New("in use")
+	// ErrInsufficientResources means the placement, profile limit or
+	// compute slices do not allow the creation.
+	ErrInsufficientResources = errors.New("insufficient resources")
+	// ErrInvalidArgument means a bad profile, placement or ID.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotFound means no such instance.
+	ErrNotFound = errors.New("not found")
+	// ErrTimeout means an event wait timed out.
+	ErrTimeout = errors.New("timeout")
+	// ErrUninitialized means Init was not called.
+	ErrUninitialized = errors.New("NVML not initialized")
+)
