@@ -31,6 +31,8 @@ type Instance struct {
 	Placement Placement `json:"placement"`
 	// ComputeSlices is the GPU instance's compute slices.
 	ComputeSlices int `json:"computeSlices"`
+	// MemoryMiB is the GPU instance's memory.
+	MemoryMiB uint64 `json:"memoryMiB"`
 	// CIs are its compute instances.
 	CIs []ComputeInstance `json:"cis,omitempty"`
 }
@@ -113,7 +115,7 @@ func ReadGPU(d Device) (GPU, error) {
 	for _, gi := range gis {
 		in := Instance{GIID: gi.ID, ProfileID: gi.ProfileID, Placement: gi.Placement, Profile: fmt.Sprintf("profile-%d", gi.ProfileID)}
 		if p, ok := model.ProfileByID(gi.ProfileID); ok {
-			in.Profile, in.ComputeSlices = p.Name, p.ComputeSlices
+			in.Profile, in.ComputeSlices, in.MemoryMiB = p.Name, p.ComputeSlices, p.MemoryMiB
 		}
 		if in.CIs, err = d.ComputeInstances(gi.ID); err != nil {
 			return g, wrap(fmt.Sprintf("compute instances of GPU instance %d", gi.ID), err)
