@@ -1,0 +1,51 @@
+# carve — build, test and demo. See README.md.
+GO       ?= go
+FUZZTIME ?= 10s
+BIN      ?= bin
+export CGO_ENABLED := 1
+
+GOFILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './_output/*')
+
+.PHONY: all build test lint unit fuzz e2e bench demo clean
+
+all: build
+
+## build: compile carve-agent and carvectl into ./bin
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## lint: gofmt and go vet, both modules
+lint:
+	@out="$$(gofmt -l $(GOFILES))"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@if [ -f test/go.mod ]; then cd test && $(GO) vet ./...; fi
+
+## unit: unit and integration tests of the main module, race detector on
+unit:
+	$(GO) test -race -count=1 ./...
+
+## fuzz: each fuzz target for a short while (FUZZTIME)
+fuzz:
+	@set -e; for t in $$($(GO) test -list '^Fuzz' ./configs/ | grep '^Fuzz'); do \
+		echo "fuzz $$t ($(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$t\$$" -fuzztime=$(FUZZTIME) ./configs/; \
+	done
+
+## e2e: tests against a real local Kubernetes (needs root; installs packages)
+e2e:
+	@if [ -f test/go.mod ]; then cd test && $(GO) test -count=1 -timeout 60m ./...; fi
+
+## test: everything CI runs
+test: lint unit fuzz e2e
+
+## bench: benchmarks (figures go to docs/benchmarks.md)
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+## demo: the main job on the embedded default
+demo:
+	$(GO) run ./cmd/carvectl validate -f configs/examples/profiles.yaml --gpus sim:dgx-h100
+	$(GO) run ./cmd/carvectl plan -f configs/examples/profiles.yaml --profile balanced --gpus sim:dgx-h100 -o table
+
+clean:
+	rm -rf $(BIN)
