@@ -80,21 +80,22 @@ func placements(size int, starts ...int) []Placement {
 }
 
 // eightSliceModel builds a model of the A100/H100/H200 family: 8 memory
-// slices and 7 compute slices. mem1 is the memory of one memory slice in
-// MiB and names holds the memory part of each profile name, in the order
-// 1g, 1g (two slices), 2g, 3g, 4g, 7g.
-func eightSliceModel(key, product string, memMiB, mem1 uint64, gb [6]int) Model {
+// slices and 7 compute slices. mem holds the memory of an instance covering
+// 1, 2, 4 and 8 memory slices, as NVML reports it (not a multiple of one
+// slice), and gb the memory part of each profile name in the order 1g,
+// 1g (two slices), 2g, 3g, 4g, 7g.
+func eightSliceModel(key, product string, memMiB uint64, mem [4]uint64, gb [6]int) Model {
 	name := func(c, g int) string { return fmt.Sprintf("%dg.%dgb", c, g) }
 	return Model{
 		Key: key, Product: product, MemoryMiB: memMiB, MemorySlices: 8, ComputeSlices: 7,
 		Profiles: []GIProfile{
-			{ID: profile1Slice, Name: name(1, gb[0]), ComputeSlices: 1, MemorySlices: 1, MemoryMiB: mem1, MaxCount: 7, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
-			{ID: profile1SliceRev1, Name: name(1, gb[0]) + "+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: mem1, MaxCount: 1, MediaExtensions: true, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
-			{ID: profile1SliceRev2, Name: name(1, gb[1]), ComputeSlices: 1, MemorySlices: 2, MemoryMiB: 2 * mem1, MaxCount: 4, Placements: placements(2, 0, 2, 4, 6)},
-			{ID: profile2Slice, Name: name(2, gb[2]), ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 2 * mem1, MaxCount: 3, Placements: placements(2, 0, 2, 4)},
-			{ID: profile3Slice, Name: name(3, gb[3]), ComputeSlices: 3, MemorySlices: 4, MemoryMiB: 4 * mem1, MaxCount: 2, Placements: placements(4, 0, 4)},
-			{ID: profile4Slice, Name: name(4, gb[4]), ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 4 * mem1, MaxCount: 1, Placements: placements(4, 0)},
-			{ID: profile7Slice, Name: name(7, gb[5]), ComputeSlices: 7, MemorySlices: 8, MemoryMiB: 8 * mem1, MaxCount: 1, Placements: placements(8, 0)},
+			{ID: profile1Slice, Name: name(1, gb[0]), ComputeSlices: 1, MemorySlices: 1, MemoryMiB: mem[0], MaxCount: 7, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: profile1SliceRev1, Name: name(1, gb[0]) + "+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: mem[0], MaxCount: 1, MediaExtensions: true, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: profile1SliceRev2, Name: name(1, gb[1]), ComputeSlices: 1, MemorySlices: 2, MemoryMiB: mem[1], MaxCount: 4, Placements: placements(2, 0, 2, 4, 6)},
+			{ID: profile2Slice, Name: name(2, gb[2]), ComputeSlices: 2, MemorySlices: 2, MemoryMiB: mem[1], MaxCount: 3, Placements: placements(2, 0, 2, 4)},
+			{ID: profile3Slice, Name: name(3, gb[3]), ComputeSlices: 3, MemorySlices: 4, MemoryMiB: mem[2], MaxCount: 2, Placements: placements(4, 0, 4)},
+			{ID: profile4Slice, Name: name(4, gb[4]), ComputeSlices: 4, MemorySlices: 4, MemoryMiB: mem[2], MaxCount: 1, Placements: placements(4, 0)},
+			{ID: profile7Slice, Name: name(7, gb[5]), ComputeSlices: 7, MemorySlices: 8, MemoryMiB: mem[3], MaxCount: 1, Placements: placements(8, 0)},
 		},
 	}
 }
@@ -103,18 +104,20 @@ func eightSliceModel(key, product string, memMiB, mem1 uint64, gb [6]int) Model 
 // fixed order. Each call returns a fresh copy the caller may change.
 func Catalogue() []Model {
 	return []Model{
-		eightSliceModel("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, 4864, [6]int{5, 10, 10, 20, 20, 40}),
-		eightSliceModel("A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, 9856, [6]int{10, 20, 20, 40, 40, 80}),
-		eightSliceModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, 9856, [6]int{10, 20, 20, 40, 40, 80}),
-		eightSliceModel("H200-141GB", "NVIDIA H200", 143771, 17664, [6]int{18, 35, 35, 71, 71, 141}),
+		// H100 sizes are what NVML reported on a real H100 80GB HBM3; the
+		// others follow the same pattern and are unverified on hardware.
+		eightSliceModel("A100-40GB", "NVIDIA A100-SXM4-40GB", 40960, [4]uint64{4864, 9984, 20096, 40448}, [6]int{5, 10, 10, 20, 20, 40}),
+		eightSliceModel("A100-80GB", "NVIDIA A100-SXM4-80GB", 81920, [4]uint64{9728, 19968, 40192, 81152}, [6]int{10, 20, 20, 40, 40, 80}),
+		eightSliceModel("H100-80GB", "NVIDIA H100 80GB HBM3", 81559, [4]uint64{9984, 20096, 40448, 81152}, [6]int{10, 20, 20, 40, 40, 80}),
+		eightSliceModel("H200-141GB", "NVIDIA H200", 143771, [4]uint64{17920, 35584, 72192, 143616}, [6]int{18, 35, 35, 71, 71, 141}),
 		{
 			Key: "A30-24GB", Product: "NVIDIA A30", MemoryMiB: 24576, MemorySlices: 4, ComputeSlices: 4,
 			Profiles: []GIProfile{
-				{ID: profile1Slice, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5952, MaxCount: 4, Placements: placements(1, 0, 1, 2, 3)},
-				{ID: profile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5952, MaxCount: 1, MediaExtensions: true, Placements: placements(1, 0, 1, 2, 3)},
-				{ID: profile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 11904, MaxCount: 2, Placements: placements(2, 0, 2)},
-				{ID: profile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 11904, MaxCount: 1, MediaExtensions: true, Placements: placements(2, 0, 2)},
-				{ID: profile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 24192, MaxCount: 1, Placements: placements(4, 0)},
+				{ID: profile1Slice, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 4, Placements: placements(1, 0, 1, 2, 3)},
+				{ID: profile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 1, MediaExtensions: true, Placements: placements(1, 0, 1, 2, 3)},
+				{ID: profile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 2, Placements: placements(2, 0, 2)},
+				{ID: profile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 1, MediaExtensions: true, Placements: placements(2, 0, 2)},
+				{ID: profile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 24320, MaxCount: 1, Placements: placements(4, 0)},
 			},
 		},
 	}
@@ -153,15 +156,21 @@ func ModelKey(product string, memMiB uint64) string {
 	if m := familyRE.FindStringSubmatch(strings.NewReplacer("-", " ").Replace(p)); m != nil {
 		family = m[1]
 	}
+	return fmt.Sprintf("%s-%dGB", family, marketingGB(memMiB))
+}
+
+// marketingGB names a GPU's memory in the GB it is sold with. NVML reports
+// somewhat less (81559 MiB for an 80GB H100, 23034 MiB for a 24GB L4), so a
+// size within 8% below a marketing size is named after it.
+func marketingGB(memMiB uint64) uint64 {
+	sizes := [...]uint64{6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 141, 180, 192, 288}
 	gb := memoryGB(memMiB)
-	// Marketing sizes: 40960 MiB is 40GB, 81559 MiB is 80GB, 143771 MiB is 141GB.
-	switch {
-	case gb > 79 && gb < 82:
-		gb = 80
-	case gb > 139 && gb < 142:
-		gb = 141
+	for _, m := range sizes {
+		if gb <= m && float64(memMiB) >= 0.92*float64(m*1024) {
+			return m
+		}
 	}
-	return fmt.Sprintf("%s-%dGB", family, gb)
+	return gb
 }
 
 // ProfileName builds a MIG profile name from compute slices and memory, as

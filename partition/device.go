@@ -163,7 +163,9 @@ type Device interface {
 	// of its MIG devices.
 	Processes() (int, error)
 	// GPUInstanceProfiles lists the GPU instance profiles the GPU supports,
-	// with their possible placements. It needs MIG mode enabled.
+	// with their possible placements. Real GPUs answer in either MIG mode
+	// (seen on an H100); the simulator, like older drivers, only with MIG
+	// on, so callers fall back to the catalogue (see ResolveModel).
 	GPUInstanceProfiles() ([]GIProfile, error)
 	// GPUInstances lists the existing GPU instances.
 	GPUInstances() ([]GPUInstance, error)

@@ -1,0 +1,146 @@
+//go:build cgo
+
+package partition
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRealNVML runs the real go-nvml path. Without an NVIDIA driver (CI,
+// developer machines) Init must fail with ErrLibraryNotFound, which proves
+// the cgo binding links and its errors translate. With a driver it reads
+// the GPUs, read-only: it never changes a MIG mode, an instance or a GPU.
+func TestRealNVML(t *testing.T) {
+	lib := NewNVML()
+	if _, err := lib.DeviceCount(); !errors.Is(err, ErrUninitialized) {
+		t.Fatalf("DeviceCount before Init = %v, want ErrUninitialized", err)
+	}
+	err := lib.Init()
+	switch {
+	case errors.Is(err, ErrLibraryNotFound):
+		if !strings.Contains(err.Error(), "initialize NVML") {
+			t.Errorf("Init error %q lacks context", err)
+		}
+		if _, err := lib.DeviceCount(); !errors.Is(err, ErrUninitialized) {
+			t.Errorf("DeviceCount after a failed Init = %v, want ErrUninitialized", err)
+		}
+		if err := lib.Shutdown(); !errors.Is(err, ErrUninitialized) {
+			t.Errorf("Shutdown after a failed Init = %v, want ErrUninitialized", err)
+		}
+		t.Logf("no NVML library here, as expected without a driver: %v", err)
+		return
+	case err != nil:
+		t.Skipf("NVML is installed but does not open (no GPU or driver?): %v", err)
+	}
+	defer func() {
+		if err := lib.Shutdown(); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	}()
+	checkRealNVMLGPUs(t, lib)
+}
+
+// checkRealNVMLGPUs reads every GPU through lib, changing nothing.
+func checkRealNVMLGPUs(t *testing.T, lib NVML) {
+	// A second Init is counted, not a second session.
+	if err := lib.Init(); err != nil {
+		t.Fatalf("second Init: %v", err)
+	}
+	if err := lib.Shutdown(); err != nil {
+		t.Fatalf("Shutdown of the second Init: %v", err)
+	}
+	gpus, err := ReadInventory(lib)
+	if err != nil {
+		t.Fatalf("ReadInventory: %v", err)
+	}
+	if len(gpus) == 0 {
+		t.Fatal("NVML opened but reports no GPUs")
+	}
+	for _, g := range gpus {
+		t.Logf("GPU %d: %s %s (%s, %d MiB, %s) MIG capable %v, mode %s, pending %s, %d instances",
+			g.Index, g.UUID, g.Product, g.Model, g.MemoryMiB, g.PCIBusID, g.MIGCapable, g.MIGMode, g.PendingMIGMode, len(g.Instances))
+		if !strings.HasPrefix(g.UUID, "GPU-") || g.MemoryMiB == 0 || strings.Count(g.PCIBusID, ":") != 2 {
+			t.Errorf("GPU %d: implausible identity %+v", g.Index, g)
+		}
+		d, err := lib.Device(g.Index)
+		if err != nil {
+			t.Fatalf("Device(%d): %v", g.Index, err)
+		}
+		if n, err := d.Processes(); err != nil {
+			t.Errorf("GPU %d: Processes: %v", g.Index, err)
+		} else {
+			t.Logf("GPU %d: %d processes", g.Index, n)
+		}
+		if g.MIGCapable {
+			checkRealNVMLProfiles(t, d, g)
+		}
+		if g.MIGCapable && g.MIGMode == MIGEnabled {
+			for _, in := range g.Instances {
+				if in.Complete() && !strings.HasPrefix(in.UUID(), "MIG-") {
+					t.Errorf("GPU %d: instance %+v has MIG UUID %q", g.Index, in, in.UUID())
+				}
+			}
+		}
+		for _, o := range gpus {
+			l, err := lib.Topology(g.Index, o.Index)
+			if err != nil {
+				t.Errorf("Topology(%d, %d): %v", g.Index, o.Index, err)
+				continue
+			}
+			t.Logf("topology %d-%d: %+v", g.Index, o.Index, l)
+		}
+	}
+	idx := make([]int, len(gpus))
+	for i := range idx {
+		idx[i] = i
+	}
+	es, err := lib.WatchXIDs(idx)
+	if err != nil {
+		t.Fatalf("WatchXIDs: %v", err)
+	}
+	if ev, err := es.Wait(50 * time.Millisecond); err == nil {
+		t.Logf("an XID event was waiting: %+v", ev)
+	} else if !errors.Is(err, ErrTimeout) {
+		t.Errorf("Wait = %v, want ErrTimeout or an event", err)
+	}
+	if err := es.Close(); err != nil {
+		t.Errorf("Close event set: %v", err)
+	}
+}
+
+// checkRealNVMLProfiles reads a MIG-capable GPU's profiles: they must read in
+// MIG mode and may read without it. Where the catalogue knows the model,
+// the geometry (all but the memory size, which the catalogue only
+// approximates) must match it.
+func checkRealNVMLProfiles(t *testing.T, d Device, g GPU) {
+	ps, err := d.GPUInstanceProfiles()
+	switch {
+	case err != nil && g.MIGMode != MIGEnabled && errors.Is(err, ErrNotSupported):
+		t.Logf("GPU %d: no profiles with MIG mode disabled: %v", g.Index, err)
+		return
+	case err != nil:
+		t.Errorf("GPU %d: GPUInstanceProfiles: %v", g.Index, err)
+		return
+	}
+	model, known := LookupModel(g.Model)
+	for _, p := range ps {
+		t.Logf("GPU %d: profile %d %s: %d compute, %d memory slices, %d MiB, max %d, placements %v",
+			g.Index, p.ID, p.Name, p.ComputeSlices, p.MemorySlices, p.MemoryMiB, p.MaxCount, p.Placements)
+		if p.Name == "" || p.ComputeSlices == 0 || p.MemorySlices == 0 || p.MaxCount == 0 || len(p.Placements) == 0 ||
+			p.MediaExtensions != strings.HasSuffix(p.Name, "+me") {
+			t.Errorf("GPU %d: implausible profile %+v", g.Index, p)
+		}
+		if !known {
+			continue
+		}
+		want, ok := model.ProfileByID(p.ID)
+		want.MemoryMiB = p.MemoryMiB
+		if !ok || !reflect.DeepEqual(p, want) {
+			t.Errorf("GPU %d: profile %+v differs from the catalogue's %s: %+v", g.Index, p, model.Key, want)
+		}
+	}
+}
