@@ -64,8 +64,8 @@ func TestReadInventoryMIGLayout(t *testing.T) {
 		t.Errorf("modes %v/%v", g.MIGMode, g.PendingMIGMode)
 	}
 	want := []partition.Instance{
-		{GIID: giA.ID, ProfileID: giA.ProfileID, Profile: "4g.40gb", Placement: partition.Placement{Start: 0, Size: 4}, ComputeSlices: 4, MemoryMiB: 4 * 9856, CIs: []partition.ComputeInstance{ciA}},
-		{GIID: giB.ID, ProfileID: giB.ProfileID, Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, ComputeSlices: 3, MemoryMiB: 4 * 9856, CIs: []partition.ComputeInstance{ciB}},
+		{GIID: giA.ID, ProfileID: giA.ProfileID, Profile: "4g.40gb", Placement: partition.Placement{Start: 0, Size: 4}, ComputeSlices: 4, MemoryMiB: 40448, CIs: []partition.ComputeInstance{ciA}},
+		{GIID: giB.ID, ProfileID: giB.ProfileID, Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, ComputeSlices: 3, MemoryMiB: 40448, CIs: []partition.ComputeInstance{ciB}},
 	}
 	if !reflect.DeepEqual(g.Instances, want) {
 		t.Errorf("instances\n got %+v\nwant %+v", g.Instances, want)
