@@ -1,0 +1,199 @@
+package configs
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Problem is one thing wrong with a profile file, at one place.
+type Problem struct {
+	// Path names the place, e.g. "profiles.balanced[0].mig",
+	// "windows[1].schedule" or "defaultProfile"; "" for the whole file.
+	Path string
+	// Message says what is wrong there.
+	Message string
+}
+
+// String returns "path: message", or the message alone for the whole file.
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// Error holds every problem found in a profile file, sorted by path (list
+// indices in numeric order), then message.
+type Error struct {
+	// Problems are the problems, sorted, without duplicates.
+	Problems []Problem
+}
+
+// Error returns one line per problem.
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// UnknownProfileError says that a name given as a profile names none of the
+// file's profiles.
+type UnknownProfileError struct {
+	// Name is the unknown name.
+	Name string
+	// Known are the file's profile names, sorted.
+	Known []string
+}
+
+// Error names the unknown profile and lists the known ones.
+func (e *UnknownProfileError) Error() string {
+	return unknownProfileMessage(e.Name, e.Known)
+}
+
+func unknownProfileMessage(name string, known []string) string {
+	msg := fmt.Sprintf("unknown profile %q", name)
+	if s := suggest(name, known); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+	}
+	if len(known) == 0 {
+		return msg + "; the file defines no profiles"
+	}
+	return msg + "; known profiles: " + strings.Join(known, ", ")
+}
+
+// problems collects problems while a file is checked.
+type problems struct {
+	list []Problem
+}
+
+func (ps *problems) add(path, format string, args ...any) {
+	ps.list = append(ps.list, Problem{Path: path, Message: oneLine(fmt.Sprintf(format, args...))})
+}
+
+// oneLine joins the lines of a message with "; ", so that every problem
+// stays on one line of Error's output.
+func oneLine(msg string) string {
+	if !strings.Contains(msg, "\n") {
+		return msg
+	}
+	var parts []string
+	for _, l := range strings.Split(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// err returns nil when there are no problems, else an *Error with the
+// problems sorted and deduplicated.
+func (ps *problems) err() error {
+	if len(ps.list) == 0 {
+		return nil
+	}
+	list := append([]Problem(nil), ps.list...)
+	sort.SliceStable(list, func(i, j int) bool {
+		if c := comparePaths(list[i].Path, list[j].Path); c != 0 {
+			return c < 0
+		}
+		return list[i].Message < list[j].Message
+	})
+	out := list[:1]
+	for _, p := range list[1:] {
+		if p != out[len(out)-1] {
+			out = append(out, p)
+		}
+	}
+	return &Error{Problems: out}
+}
+
+// comparePaths orders paths as text, except that runs of digits compare as
+// numbers, so that "rules[2]" sorts before "rules[10]".
+func comparePaths(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digitPrefix(a), digitPrefix(b)
+		if da > 0 && db > 0 {
+			na, ea := strconv.ParseUint(a[:da], 10, 64)
+			nb, eb := strconv.ParseUint(b[:db], 10, 64)
+			if ea == nil && eb == nil && na != nb {
+				if na < nb {
+					return -1
+				}
+				return 1
+			}
+			if c := strings.Compare(a[:da], b[:db]); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			if a[0] < b[0] {
+				return -1
+			}
+			return 1
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) - len(b)
+}
+
+func digitPrefix(s string) int {
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n
+}
+
+// suggest returns the candidate closest to name, ignoring case, when it is
+// close enough to be a likely typo, else "".
+func suggest(name string, candidates []string) string {
+	best, bestDist := "", 0
+	lname := strings.ToLower(name)
+	for _, c := range candidates {
+		d := editDistance(lname, strings.ToLower(c))
+		if d == 0 {
+			return c
+		}
+		limit := 2
+		if len(c) <= 4 {
+			limit = 1
+		}
+		if d <= limit && (best == "" || d < bestDist) {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of two strings, by byte.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		if a == b {
+			return 0
+		}
+		return 1 << 16
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,582 @@
+package configs
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// specExample is the profile file of shared/spec.md.
+const specExample = `
+version: v1
+defaultProfile: full
+profiles:
+  full:                       # whole GPUs, no sharing, MIG off
+    - gpus: all
+  shared-4:
+    - gpus: all
+      timeSlicing: {replicas: 4}
+  balanced:
+    - gpus: all
+      model: H100-80GB        # optional filter on the GPU model
+      mig: {1g.10gb: 2, 2g.20gb: 1, 3g.40gb: 1}
+      timeSlicing:
+        replicas: {1g.10gb: 2}    # per MIG profile, or one number for all
+  split:
+    - gpus: [0, 1, 2, 3]
+      mig: {1g.10gb: 7}
+    - gpus: [4, 5, 6, 7]
+      timeSlicing: {replicas: 2, renameShared: true}   # advertise nvidia.com/gpu.shared
+rules:                        # choose by node labels when no label pins a profile
+  - nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+    profile: balanced
+windows:                      # scheduled repartition windows
+  - name: nightly-training
+    schedule: "0 20 * * 1-5"  # cron, 5 fields, window start
+    duration: 10h
+    timeZone: Europe/Berlin
+    nodeSelector: {pool: inference}
+    profile: full
+maintenance:                  # when disruptive changes may run; absent = any time
+  - schedule: "0 2 * * *"
+    duration: 2h
+drain:
+  policy: wait                # wait | evict | fail, for pods holding devices a change removes
+  timeout: 30m
+`
+
+func mustParse(t testing.TB, src string) *File {
+	t.Helper()
+	f, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return f
+}
+
+func TestParseSpecExample(t *testing.T) {
+	f := mustParse(t, specExample)
+	if f.Version != "v1" || f.DefaultProfile != "full" {
+		t.Errorf("version %q default %q", f.Version, f.DefaultProfile)
+	}
+	if got := sortedKeys(f.Profiles); !reflect.DeepEqual(got, []string{"balanced", "full", "shared-4", "split"}) {
+		t.Errorf("profiles %v", got)
+	}
+	bal := f.Profiles["balanced"][0]
+	wantBal := Entry{
+		GPUs:  GPUSelector{All: true},
+		Model: "H100-80GB",
+		MIG:   map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
+		TimeSlicing: &TimeSlicing{
+			Replicas: Replicas{PerProfile: map[string]int{"1g.10gb": 2}},
+		},
+	}
+	if !reflect.DeepEqual(bal, wantBal) {
+		t.Errorf("balanced[0] = %+v, want %+v", bal, wantBal)
+	}
+	split := f.Profiles["split"]
+	if !reflect.DeepEqual(split[0].GPUs.Indices, []int{0, 1, 2, 3}) || split[0].MIG["1g.10gb"] != 7 {
+		t.Errorf("split[0] = %+v", split[0])
+	}
+	if ts := split[1].TimeSlicing; ts == nil || ts.Replicas.Count != 2 || !ts.RenameShared || split[1].MIG != nil {
+		t.Errorf("split[1] = %+v", split[1])
+	}
+	if f.Profiles["shared-4"][0].TimeSlicing.Replicas.Count != 4 {
+		t.Errorf("shared-4 = %+v", f.Profiles["shared-4"])
+	}
+	if len(f.Rules) != 1 || f.Rules[0].NodeSelector["nvidia.com/gpu.product"] != "NVIDIA-H100-80GB-HBM3" || f.Rules[0].Profile != "balanced" {
+		t.Errorf("rules %+v", f.Rules)
+	}
+	w := f.Windows[0]
+	if w.Name != "nightly-training" || w.Schedule != "0 20 * * 1-5" || w.Duration != 10*time.Hour ||
+		w.TimeZone != "Europe/Berlin" || w.NodeSelector["pool"] != "inference" || w.Profile != "full" || w.sched == nil {
+		t.Errorf("window %+v", w)
+	}
+	m := f.Maintenance[0]
+	if m.Schedule != "0 2 * * *" || m.Duration != 2*time.Hour || m.TimeZone != "UTC" {
+		t.Errorf("maintenance %+v", m)
+	}
+	if f.Drain != (Drain{Policy: DrainWait, Timeout: 30 * time.Minute}) {
+		t.Errorf("drain %+v", f.Drain)
+	}
+}
+
+func TestParseExampleFile(t *testing.T) {
+	data, err := os.ReadFile("examples/profiles.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := mustParse(t, string(data))
+	for _, name := range []string{"full", "balanced", "all-1g", "shared-4", "split"} {
+		if _, ok := f.Profiles[name]; !ok {
+			t.Errorf("example lacks profile %s", name)
+		}
+	}
+	if len(f.Rules) == 0 || len(f.Windows) < 2 || len(f.Maintenance) == 0 {
+		t.Errorf("example lacks rules, day/night windows or maintenance: %+v", f)
+	}
+	if f.Drain.Timeout != 20*time.Minute {
+		t.Errorf("drain %+v", f.Drain)
+	}
+	if err := f.Validate(newFakeGeometry(), nil); err != nil {
+		t.Errorf("Validate(catalogue): %v", err)
+	}
+	if err := f.Validate(newFakeGeometry(), dgxH100()); err != nil {
+		t.Errorf("Validate(dgx-h100): %v", err)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	f := mustParse(t, `
+version: v1
+profiles:
+  full: []
+  mig-on:
+    - gpus: [1, 0]
+      mig: {}
+windows:
+  - name: w
+    schedule: "0 1 * * *"
+    duration: 1h
+    profile: full
+`)
+	if f.Drain != (Drain{Policy: DrainWait, Timeout: DefaultDrainTimeout}) {
+		t.Errorf("drain defaults %+v", f.Drain)
+	}
+	if f.Windows[0].TimeZone != "UTC" || f.Windows[0].NodeSelector != nil {
+		t.Errorf("window defaults %+v", f.Windows[0])
+	}
+	if f.Profiles["full"] == nil || len(f.Profiles["full"]) != 0 {
+		t.Errorf("full = %#v, want empty profile", f.Profiles["full"])
+	}
+	e := f.Profiles["mig-on"][0]
+	if e.MIG == nil || len(e.MIG) != 0 {
+		t.Errorf("mig: {} decoded as %#v, want empty non-nil map", e.MIG)
+	}
+	if !reflect.DeepEqual(e.GPUs.Indices, []int{1, 0}) {
+		t.Errorf("indices %v", e.GPUs.Indices)
+	}
+}
+
+// base is a valid file the error cases below extend.
+const base = `version: v1
+profiles:
+  full:
+    - gpus: all
+  balanced:
+    - gpus: all
+      mig: {1g.10gb: 2, 3g.40gb: 1}
+`
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		// want holds "path: message fragment" per expected problem; the
+		// problems must be exactly these, in this order.
+		want []string
+	}{
+		{"misspelt field names its path", `version: v1
+profiles:
+  balanced:
+    - gpus: all
+      timeslicing: {replicas: 2}
+`, []string{"profiles.balanced[0].timeslicing: unknown field (did you mean timeSlicing?)"}},
+		{"unknown top-level field", base + "defaultprofile: full\nextra: 1\n", []string{
+			"defaultprofile: unknown field (did you mean defaultProfile?)",
+			"extra: unknown field (known fields here: version, defaultProfile, profiles, rules, windows, maintenance, drain)",
+		}},
+		{"unknown field deep in windows", base + `windows:
+  - name: w
+    schedule: "0 1 * * *"
+    duration: 1h
+    profile: full
+    nodeselector: {a: b}
+`, []string{"windows[0].nodeselector: unknown field (did you mean nodeSelector?)"}},
+		{"duplicate key", `version: v1
+profiles:
+  full:
+    - gpus: all
+  full:
+    - gpus: all
+`, []string{`invalid YAML: line 6: key "full" already set in map`}},
+		{"two duplicate keys stay on one line", "version: v1\nversion: v1\nprofiles: {a: []}\nprofiles: {a: []}\n", []string{
+			`invalid YAML: line 2: key "version" already set in map; line 4: key "profiles" already set in map`,
+		}},
+		{"not YAML", "version: [v1\n", []string{"invalid YAML: line 1: did not find expected ',' or ']'"}},
+		{"tab indentation", "version: v1\nprofiles:\n  a:\n  - gpus: all\n\tmig: {}\n", []string{"invalid YAML: line 5: found a tab character that violates indentation"}},
+		{"empty file", "", []string{"the file is empty"}},
+		{"top level is a list", "- a\n", []string{"must be a mapping, not a list"}},
+		{"version missing and profiles missing", "defaultProfile: x\n", []string{
+			"profiles: required",
+			"version: required; set version: v1",
+		}},
+		{"wrong version", strings.Replace(base, "v1", "v2", 1), []string{`version: unsupported version "v2"; this carve reads version v1`}},
+		{"version as number", strings.Replace(base, "v1", "1", 1), []string{"version: must be a string, not the number 1 (quote it)"}},
+		{"no profiles", "version: v1\nprofiles: {}\n", []string{"profiles: must define at least one profile"}},
+		{"profile not a list", "version: v1\nprofiles:\n  full:\n", []string{"profiles.full: must be a list of entries"}},
+		{"bad profile name", "version: v1\nprofiles:\n  Big GPUs: []\n", []string{"profiles.Big GPUs: invalid profile name"}},
+		{"gpus missing", "version: v1\nprofiles:\n  p:\n    - mig: {}\n", []string{"profiles.p[0].gpus: required"}},
+		{"gpus bad string", "version: v1\nprofiles:\n  p:\n    - gpus: All\n", []string{`profiles.p[0].gpus: must be all or a list of GPU indices, not "All"`}},
+		{"gpus number", "version: v1\nprofiles:\n  p:\n    - gpus: 3\n", []string{"profiles.p[0].gpus: must be all or a list of GPU indices, not the number 3 (write [3] for one GPU)"}},
+		{"gpus empty list", "version: v1\nprofiles:\n  p:\n    - gpus: []\n", []string{"profiles.p[0].gpus: must list at least one GPU index"}},
+		{"gpus bad items", "version: v1\nprofiles:\n  p:\n    - gpus: [0, -1, 0, x, 1.5]\n", []string{
+			"profiles.p[0].gpus[1]: GPU index -1 is negative",
+			"profiles.p[0].gpus[2]: GPU 0 is listed twice",
+			`profiles.p[0].gpus[3]: must be a whole number, not the string "x"`,
+			"profiles.p[0].gpus[4]: must be a whole number, not 1.5",
+		}},
+		{"model empty", "version: v1\nprofiles:\n  p:\n    - gpus: all\n      model: ''\n", []string{"profiles.p[0].model: must not be empty"}},
+		{"model only nvidia", "version: v1\nprofiles:\n  p:\n    - gpus: all\n      model: NVIDIA\n", []string{`profiles.p[0].model: "NVIDIA" names no GPU model`}},
+		{"mig null", "version: v1\nprofiles:\n  p:\n    - gpus: all\n      mig:\n", []string{"profiles.p[0].mig: must be a mapping of MIG profile to instance count"}},
+		{"mig counts", "version: v1\nprofiles:\n  p:\n    - gpus: all\n      mig: {1g.10gb: 0, 2g.20gb: two, 3g.40gb: 1000, nvidia.com/mig-4g.40gb: 1}\n", []string{
+			"profiles.p[0].mig.1g.10gb: instance count must be at least 1, not 0",
+			`profiles.p[0].mig.2g.20gb: must be a whole number, not the string "two"`,
+			"profiles.p[0].mig.3g.40gb: 1000 instances are more than any GPU holds",
+			"profiles.p[0].mig.nvidia.com/mig-4g.40gb: write the MIG profile name alone, e.g. 4g.40gb",
+		}},
+		{"replicas bounds", `version: v1
+profiles:
+  a:
+    - gpus: [0]
+      timeSlicing: {replicas: 0}
+    - gpus: [1]
+      timeSlicing: {replicas: 2000}
+    - gpus: [2]
+      timeSlicing: {renameShared: true}
+    - gpus: [3]
+      timeSlicing: {replicas: 1.5}
+`, []string{
+			"profiles.a[0].timeSlicing.replicas: replicas must be at least 1, not 0",
+			"profiles.a[1].timeSlicing.replicas: 2000 replicas exceed the limit of 1024 per device",
+			"profiles.a[2].timeSlicing.replicas: required",
+			"profiles.a[3].timeSlicing.replicas: must be a whole number, not 1.5",
+		}},
+		{"replicas per profile", `version: v1
+profiles:
+  a:
+    - gpus: [0]
+      timeSlicing: {replicas: {1g.10gb: 2}}
+    - gpus: [1]
+      mig: {1g.10gb: 3}
+      timeSlicing: {replicas: {2g.20gb: 2, 1g.10gb: 1025}}
+    - gpus: [2]
+      mig: {}
+      timeSlicing: {replicas: {1g.10gb: 2}}
+    - gpus: [3]
+      mig: {1g.10gb: 1}
+      timeSlicing: {replicas: {}}
+`, []string{
+			"profiles.a[0].timeSlicing.replicas: replicas per MIG profile need mig on this entry",
+			"profiles.a[1].timeSlicing.replicas.1g.10gb: 1025 replicas exceed the limit of 1024",
+			"profiles.a[1].timeSlicing.replicas.2g.20gb: 2g.20gb is not among this entry's MIG profiles (mig has: 1g.10gb)",
+			"profiles.a[2].timeSlicing.replicas.1g.10gb: 1g.10gb is not among this entry's MIG profiles (mig has: none)",
+			"profiles.a[3].timeSlicing.replicas: must name at least one MIG profile",
+		}},
+		{"booleans", `version: v1
+profiles:
+  a:
+    - gpus: all
+      timeSlicing: {replicas: 2, renameShared: "yes", failRequestsGreaterThanOne: 1}
+`, []string{
+			`profiles.a[0].timeSlicing.failRequestsGreaterThanOne: must be true or false, not the number 1`,
+			`profiles.a[0].timeSlicing.renameShared: must be true or false, not the string "yes"`,
+		}},
+		{"overlapping entries", `version: v1
+profiles:
+  a:
+    - gpus: [0, 1, 2]
+    - gpus: [2, 3]
+      mig: {}
+    - gpus: [1, 2, 5]
+      model: H100
+  b:
+    - gpus: all
+    - gpus: [7]
+  c:
+    - gpus: all
+      model: H100-80GB
+    - gpus: [1]
+      model: h100 80gb
+    - gpus: [1]
+      model: A100
+    - gpus: all
+      model: A30
+`, []string{
+			"profiles.a[1].gpus: GPU 2 is also selected by profiles.a[0]",
+			"profiles.a[2].gpus: GPU 2 is also selected by profiles.a[1]",
+			"profiles.a[2].gpus: GPUs 1, 2 are also selected by profiles.a[0]",
+			"profiles.b[1]: unreachable: profiles.b[0] (gpus: all, no model filter) already selects every GPU",
+			"profiles.c[1].gpus: GPU 1 is also selected by profiles.c[0]",
+		}},
+		{"unknown profiles listed with the known ones", base + `defaultProfile: ful
+rules:
+  - nodeSelector: {pool: a}
+    profile: nope
+windows:
+  - name: w
+    schedule: "0 1 * * *"
+    duration: 1h
+    profile: Balanced
+`, []string{
+			`defaultProfile: unknown profile "ful" (did you mean full?); known profiles: balanced, full`,
+			`rules[0].profile: unknown profile "nope"; known profiles: balanced, full`,
+			`windows[0].profile: unknown profile "Balanced" (did you mean balanced?); known profiles: balanced, full`,
+		}},
+		{"rules", base + `rules:
+  - nodeSelector: {}
+    profile: full
+  - profile: full
+  - nodeSelector: {pool: a}
+  - nodeSelector: {gpu.count: 8, ready: yes, "bad key!": x, pool: "bad value!"}
+    profile: full
+  - full
+`, []string{
+			"rules[0].nodeSelector: must name at least one label",
+			"rules[1].nodeSelector: required",
+			"rules[2].profile: required",
+			`rules[3].nodeSelector.bad key!: invalid label key: name "bad key!"`,
+			"rules[3].nodeSelector.gpu.count: must be a string, not the number 8 (quote it)",
+			`rules[3].nodeSelector.pool: invalid label value "bad value!"`,
+			"rules[3].nodeSelector.ready: must be a string, not the boolean true (quote it)",
+			`rules[4]: must be a mapping, not the string "full"`,
+		}},
+		{"windows", base + `windows:
+  - name: six-fields
+    schedule: "0 0 1 * * *"
+    duration: 1h
+    profile: full
+  - name: tz-prefix
+    schedule: "CRON_TZ=Europe/Berlin 0 1 * * *"
+    duration: 1h
+    profile: full
+  - name: bad-zone
+    schedule: "0 1 * * *"
+    duration: 1h
+    timeZone: Mars/Olympus
+    profile: full
+  - name: bad-cron
+    schedule: "61 1 * * *"
+    duration: 0s
+    profile: full
+  - name: too-long
+    schedule: "0 1 * * *"
+    duration: 200h
+    profile: full
+  - name: days
+    schedule: "0 1 * * *"
+    duration: 1d
+    profile: full
+  - name: days
+    schedule: "0 0 30 2 *"
+    duration: 1h
+    profile: full
+  - schedule: "@daily"
+    duration: 1h
+    timeZone: Local
+    nodeSelector:
+    profile: full
+  - name: "not a label value"
+    schedule: "0 1 * * *"
+    duration: 90
+    profile: full
+  - name: number-dur
+    schedule: "0 1 * * *"
+    profile: full
+    duration: 1h
+    nodeSelector: {pool: inference}
+  - name: x
+    duration: 1h
+    profile: full
+`, []string{
+			`windows[0].schedule: "0 0 1 * * *": want 5 cron fields (minute hour day-of-month month day-of-week), got 6`,
+			`windows[1].schedule: "CRON_TZ=Europe/Berlin 0 1 * * *": time zone prefixes are not supported; give the zone in timeZone`,
+			`windows[2].timeZone: unknown time zone "Mars/Olympus"`,
+			"windows[3].duration: must be positive, not 0s",
+			`windows[3].schedule: "61 1 * * *": invalid cron expression: end of range (61) above maximum (59)`,
+			"windows[4].duration: 200h0m0s is longer than the maximum of 168h0m0s (one week)",
+			`windows[5].duration: invalid duration "1d": want a Go duration such as 10h, 90m or 1h30m (days as hours: 24h)`,
+			`windows[6].name: duplicate window name "days" (also windows[5])`,
+			`windows[6].schedule: "0 0 30 2 *": schedule never fires`,
+			"windows[7].name: required",
+			"windows[7].nodeSelector: must be a mapping of label keys to values, not null",
+			`windows[7].schedule: "@daily": want 5 cron fields (minute hour day-of-month month day-of-week), got 1`,
+			"windows[7].timeZone: time zone Local depends on the machine",
+			"windows[8].duration: must be a duration such as 10h or 90m, not the number 90",
+			"windows[8].name: invalid window name",
+			"windows[10].schedule: required",
+		}},
+		{"maintenance and drain", base + `maintenance:
+  - schedule: "0 2 * * *"
+  - schedule: "0 2 * *"
+    duration: 2h
+    name: nightly
+drain:
+  policy: delete
+  timeout: 0s
+  grace: 1m
+`, []string{
+			"drain.grace: unknown field",
+			`drain.policy: unknown policy "delete"; want wait, evict or fail`,
+			"drain.timeout: must be positive, not 0s",
+			"maintenance[0].duration: required",
+			"maintenance[1].name: unknown field",
+			`maintenance[1].schedule: "0 2 * *": want 5 cron fields`,
+		}},
+		{"label keys and values", base + `windows:
+  - name: w
+    schedule: "0 1 * * *"
+    duration: 1h
+    profile: full
+    nodeSelector:
+      Example.com/pool: a
+      example.com/: a
+      -bad.com/x: a
+      ok.example.com/long: ` + strings.Repeat("v", 64) + `
+      "": a
+`, []string{
+			`windows[0].nodeSelector."": invalid label key: name "" must be 1-63`,
+			`windows[0].nodeSelector.-bad.com/x: invalid label key: prefix "-bad.com" must be a lower-case DNS subdomain`,
+			`windows[0].nodeSelector.Example.com/pool: invalid label key: prefix "Example.com" must be a lower-case DNS subdomain`,
+			`windows[0].nodeSelector.example.com/: invalid label key: name "" must be 1-63`,
+			`windows[0].nodeSelector.ok.example.com/long: invalid label value "vvvv`,
+		}},
+		{"sections of the wrong type", base + "rules: {a: b}\nwindows: x\nmaintenance: 3\ndrain: []\n", []string{
+			"drain: must be a mapping, not a list",
+			"maintenance: must be a list, not the number 3",
+			"rules: must be a list, not a mapping",
+			`windows: must be a list, not the string "x"`,
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := Parse([]byte(tc.src))
+			if err == nil {
+				t.Fatalf("Parse succeeded: %+v", f)
+			}
+			if f != nil {
+				t.Errorf("Parse returned a file with its error")
+			}
+			var perr *Error
+			if !errors.As(err, &perr) {
+				t.Fatalf("error %T is not *Error: %v", err, err)
+			}
+			got := perr.Problems
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d problems, want %d:\n%v", len(got), len(tc.want), err)
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(got[i].String(), w) && !strings.Contains(got[i].String(), w) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, got[i].String(), w)
+				}
+				if path, _, ok := strings.Cut(w, ": "); ok && !strings.Contains(path, " ") && got[i].Path != path {
+					t.Errorf("problem %d path = %q, want %q", i, got[i].Path, path)
+				}
+			}
+			if err.Error() != joinProblems(got) {
+				t.Errorf("Error() = %q", err.Error())
+			}
+		})
+	}
+}
+
+func joinProblems(ps []Problem) string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+func TestErrorSortsPathsNumerically(t *testing.T) {
+	var ps problems
+	ps.add("windows[10].schedule", "b")
+	ps.add("windows[2].schedule", "a")
+	ps.add("", "whole file")
+	ps.add("defaultProfile", "x")
+	ps.add("windows[2].schedule", "a") // duplicate
+	ps.add("profiles.p[1].gpus[12]", "y")
+	ps.add("profiles.p[1].gpus[3]", "z")
+	err := ps.err()
+	want := "whole file\ndefaultProfile: x\nprofiles.p[1].gpus[3]: z\nprofiles.p[1].gpus[12]: y\nwindows[2].schedule: a\nwindows[10].schedule: b"
+	if err == nil || err.Error() != want {
+		t.Errorf("got\n%v\nwant\n%s", err, want)
+	}
+	var empty problems
+	if empty.err() != nil {
+		t.Errorf("no problems must give a nil error")
+	}
+}
+
+func TestParseKeepsEveryProblemDeterministic(t *testing.T) {
+	src := base + `rules:
+  - nodeSelector: {a: b}
+    profile: x
+  - nodeSelector: {a: b}
+    profile: y
+windows:
+  - {name: a, schedule: "bad", duration: 1h, profile: z}
+`
+	_, err1 := Parse([]byte(src))
+	for range 20 {
+		_, err2 := Parse([]byte(src))
+		if err1 == nil || err2 == nil || err1.Error() != err2.Error() {
+			t.Fatalf("non-deterministic errors:\n%v\n---\n%v", err1, err2)
+		}
+	}
+	if n := len(err1.(*Error).Problems); n != 4 {
+		t.Errorf("got %d problems, want 4:\n%v", n, err1)
+	}
+}
+
+func TestMatchModel(t *testing.T) {
+	h100 := GPUModel{Key: "H100-80GB", Product: "NVIDIA H100 80GB HBM3"}
+	a100 := GPUModel{Key: "A100-40GB", Product: "NVIDIA A100-SXM4-40GB"}
+	h200 := GPUModel{Key: "H200-141GB", Product: "NVIDIA H200"}
+	tests := []struct {
+		filter string
+		model  GPUModel
+		want   bool
+	}{
+		{"H100-80GB", h100, true},
+		{"h100_80gb", h100, true},
+		{"H100 80GB", h100, true},
+		{"NVIDIA H100 80GB HBM3", h100, true},
+		{"NVIDIA-H100-80GB-HBM3", h100, true},
+		{"nvidia_h100", h100, true},
+		{"H100", h100, true},
+		{"HBM3", h100, true},
+		{"H10", h100, false},
+		{"H100-40GB", h100, false},
+		{"80GB-H100", h100, false},
+		{"A100", h100, false},
+		{"A100", a100, true},
+		{"A100-40GB", a100, true},
+		{"NVIDIA-A100-SXM4-40GB", a100, true},
+		{"A100-SXM4", a100, true},
+		{"A100-80GB", a100, false},
+		{"H200-141GB", h200, true},
+		{"NVIDIA-H200", h200, true},
+		{"H200-141GB", h100, false},
+		{"", h100, true},
+		{"NVIDIA", a100, true},
+	}
+	for _, tc := range tests {
+		if got := MatchModel(tc.filter, tc.model); got != tc.want {
+			t.Errorf("MatchModel(%q, %s) = %v, want %v", tc.filter, tc.model.Key, got, tc.want)
+		}
+	}
+}
+
+func TestParseCompactExample(t *testing.T) {
+	f := mustParse(t, compactExample)
+	if err := f.Validate(newFakeGeometry(), dgxH100()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,350 @@
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Validate checks the MIG geometry of every profile entry with mig against
+// g, and reports every problem at once as an *Error.
+//
+// With the GPUs of a node (gpus not nil), each entry is checked on the
+// models of the GPUs it selects there: GPU indices the node lacks, GPUs
+// that two entries select, MIG on GPUs that cannot run it, MIG profiles the
+// model lacks, and sets of instances that do not fit (g.Fit).
+//
+// Without a node (gpus nil), an entry with a model filter is checked on
+// every model of g.Models() the filter matches (a filter that matches none
+// is a problem); an entry without one must fit on at least one model that
+// has all of its MIG profiles, since which models it lands on is known only
+// on a node.
+func (f *File) Validate(g Geometry, gpus []GPU) error {
+	if g == nil {
+		return errors.New("configs: validate: no geometry to check MIG profiles against")
+	}
+	var ps problems
+	models := g.Models()
+	for _, name := range sortedKeys(f.Profiles) {
+		path := join(fieldProfiles, name)
+		entries := f.Profiles[name]
+		if gpus != nil {
+			checkNode(&ps, path, entries, g, models, gpus)
+		} else {
+			checkModels(&ps, path, entries, g, models)
+		}
+	}
+	return ps.err()
+}
+
+// entrySelects reports whether an entry selects a GPU: by index and, when
+// it has one, by its model filter.
+func entrySelects(e Entry, gpu GPU) bool {
+	return e.GPUs.Selects(gpu.Index) && MatchModel(e.Model, GPUModel{Key: gpu.Model, Product: gpu.Product})
+}
+
+// matchNode matches a profile's entries onto a node's GPUs. It reports GPU
+// indices listed by an entry that the node lacks, GPUs selected by two
+// entries, and GPUs the node lists twice, and returns, per GPU index, the
+// index of the first entry that selects it.
+func matchNode(ps *problems, path string, entries Profile, gpus []GPU) map[int]int {
+	have := make(map[int]bool, len(gpus))
+	var indices []int
+	for _, gpu := range gpus {
+		if have[gpu.Index] {
+			ps.add("", "the node lists GPU %d twice", gpu.Index)
+			continue
+		}
+		have[gpu.Index] = true
+		indices = append(indices, gpu.Index)
+	}
+	sort.Ints(indices)
+	for i, e := range entries {
+		var missing []int
+		for _, idx := range e.GPUs.Indices {
+			if !e.GPUs.All && !have[idx] {
+				missing = append(missing, idx)
+			}
+		}
+		if len(missing) > 0 {
+			sort.Ints(missing)
+			verb := "is"
+			if len(missing) > 1 {
+				verb = "are"
+			}
+			ps.add(join(index(path, i), fieldGPUs), "%s %s not on this node (it has %s)", gpuList(missing), verb, describeNode(indices))
+		}
+	}
+	byGPU := make(map[int]int, len(gpus))
+	for _, gpu := range gpus {
+		for i, e := range entries {
+			if !entrySelects(e, gpu) {
+				continue
+			}
+			if first, ok := byGPU[gpu.Index]; ok && first != i {
+				ps.add(join(index(path, i), fieldGPUs), "GPU %d (%s) is also selected by %s; a GPU may be selected by one entry only",
+					gpu.Index, gpuModelName(gpu), index(path, first))
+				continue
+			}
+			byGPU[gpu.Index] = i
+		}
+	}
+	return byGPU
+}
+
+func describeNode(indices []int) string {
+	switch len(indices) {
+	case 0:
+		return "no GPUs"
+	case 1:
+		return fmt.Sprintf("GPU %d only", indices[0])
+	}
+	return "GPUs " + compactInts(indices)
+}
+
+// compactInts writes sorted indices with runs as ranges: "0-3, 6".
+func compactInts(idx []int) string {
+	var parts []string
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", idx[i], idx[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(idx[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+func gpuModelName(gpu GPU) string {
+	if gpu.Model != "" {
+		return gpu.Model
+	}
+	if gpu.Product != "" {
+		return gpu.Product
+	}
+	return "unknown model"
+}
+
+// checkNode validates a profile on the GPUs of a node.
+func checkNode(ps *problems, path string, entries Profile, g Geometry, models []GPUModel, gpus []GPU) {
+	byGPU := matchNode(ps, path, entries, gpus)
+	for i, e := range entries {
+		if e.MIG == nil {
+			continue
+		}
+		p := join(index(path, i), fieldMIG)
+		capable := map[string][]int{}   // model -> GPU indices
+		incapable := map[string][]int{} // model -> GPU indices
+		for _, gpu := range gpus {
+			if ei, ok := byGPU[gpu.Index]; !ok || ei != i {
+				continue
+			}
+			name := gpuModelName(gpu)
+			if gpu.MIGCapable {
+				capable[name] = append(capable[name], gpu.Index)
+			} else {
+				incapable[name] = append(incapable[name], gpu.Index)
+			}
+		}
+		for _, name := range sortedKeys(incapable) {
+			idx := incapable[name]
+			sort.Ints(idx)
+			ps.add(p, "%s (%s) cannot run MIG", gpuList(idx), name)
+		}
+		for _, name := range sortedKeys(capable) {
+			idx := capable[name]
+			sort.Ints(idx)
+			where := fmt.Sprintf(" (%s)", gpuList(idx))
+			m, ok := findModel(models, name)
+			if !ok {
+				ps.add(p, "no MIG geometry is known for %s%s", name, where)
+				continue
+			}
+			checkMIG(ps, p, g, m, e.MIG, where)
+		}
+	}
+}
+
+// gpuList writes "GPU 3" or "GPUs 0-3".
+func gpuList(idx []int) string {
+	if len(idx) == 1 {
+		return fmt.Sprintf("GPU %d", idx[0])
+	}
+	return "GPUs " + compactInts(idx)
+}
+
+func findModel(models []GPUModel, key string) (GPUModel, bool) {
+	for _, m := range models {
+		if strings.EqualFold(m.Key, key) {
+			return m, true
+		}
+	}
+	return GPUModel{}, false
+}
+
+// checkModels validates a profile on the models a geometry knows.
+func checkModels(ps *problems, path string, entries Profile, g Geometry, models []GPUModel) {
+	keys := make([]string, len(models))
+	for i, m := range models {
+		keys[i] = m.Key
+	}
+	for i, e := range entries {
+		if e.MIG == nil {
+			continue
+		}
+		p := join(index(path, i), fieldMIG)
+		var cands []GPUModel
+		if e.Model != "" {
+			for _, m := range models {
+				if MatchModel(e.Model, m) {
+					cands = append(cands, m)
+				}
+			}
+			if len(cands) == 0 {
+				ps.add(join(index(path, i), fieldModel), "%q matches no known GPU model (known: %s)", e.Model, strings.Join(keys, ", "))
+				continue
+			}
+		} else {
+			names := sortedKeys(e.MIG)
+			if len(names) == 0 {
+				continue
+			}
+			var has []string
+			for _, m := range models {
+				var known []string
+				for _, n := range names {
+					if slices.Contains(m.Profiles, n) {
+						known = append(known, n)
+					}
+				}
+				if len(known) == len(names) {
+					cands = append(cands, m)
+				}
+				if len(known) == 0 {
+					known = []string{"none of them"}
+				}
+				has = append(has, m.Key+" has "+strings.Join(known, ", "))
+			}
+			if len(cands) == 0 {
+				ps.add(p, "no known GPU model has all of %s (%s); add a model filter or fix the names",
+					strings.Join(names, ", "), strings.Join(has, "; "))
+				continue
+			}
+		}
+		if e.Model != "" {
+			for _, m := range cands {
+				checkMIG(ps, p, g, m, e.MIG, "")
+			}
+			continue
+		}
+		// Without a filter or a node, the entry is fine if some model that
+		// has its profiles can hold it; the node's own GPUs are checked
+		// when it is applied (and with carvectl validate --gpus).
+		var why []string
+		for _, m := range cands {
+			err := g.Fit(m.Key, e.MIG)
+			if err == nil {
+				why = nil
+				break
+			}
+			why = append(why, fmt.Sprintf("on %s: %v", m.Key, err))
+		}
+		if len(why) > 0 {
+			ps.add(p, "%s cannot be placed on any known GPU model (%s)", describeMIG(e.MIG), strings.Join(why, "; "))
+		}
+	}
+	checkModelOverlaps(ps, path, entries, models)
+}
+
+// checkModelOverlaps reports entries whose index sets meet and whose
+// different model filters both match a known model (Parse reports the
+// other overlaps).
+func checkModelOverlaps(ps *problems, path string, entries Profile, models []GPUModel) {
+	for j := range entries {
+		for i := range j {
+			a, b := entries[i], entries[j]
+			if a.Model == "" || b.Model == "" || normalModel(a.Model) == normalModel(b.Model) {
+				continue
+			}
+			common := commonGPUs(a.GPUs, b.GPUs)
+			if common == "" {
+				continue
+			}
+			for _, m := range models {
+				if MatchModel(a.Model, m) && MatchModel(b.Model, m) {
+					ps.add(join(index(path, j), fieldGPUs), "on %s, %s also selected by %s (both model filters match %s)",
+						m.Key, common, index(path, i), m.Key)
+					break
+				}
+			}
+		}
+	}
+}
+
+// checkMIG checks that a model has the entry's MIG profiles and can hold
+// all the instances at once.
+func checkMIG(ps *problems, path string, g Geometry, m GPUModel, mig map[string]int, where string) {
+	var unknown []string
+	for _, name := range sortedKeys(mig) {
+		if !slices.Contains(m.Profiles, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		verb := "is not a MIG profile"
+		if len(unknown) > 1 {
+			verb = "are not MIG profiles"
+		}
+		ps.add(path, "%s %s of %s%s; it has %s", strings.Join(unknown, ", "), verb, m.Key, where, strings.Join(m.Profiles, ", "))
+		return
+	}
+	if len(mig) == 0 {
+		return
+	}
+	if err := g.Fit(m.Key, mig); err != nil {
+		ps.add(path, "%s cannot be placed on %s%s: %v", describeMIG(mig), m.Key, where, err)
+	}
+}
+
+// describeMIG writes a set of instances largest first:
+// "3g.40gb x2 + 1g.10gb".
+func describeMIG(mig map[string]int) string {
+	names := sortedKeys(mig)
+	sort.SliceStable(names, func(i, j int) bool {
+		ci, cj := computeSlices(names[i]), computeSlices(names[j])
+		if ci != cj {
+			return ci > cj
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n
+		if mig[n] != 1 {
+			parts[i] += fmt.Sprintf(" x%d", mig[n])
+		}
+	}
+	return strings.Join(parts, " + ")
+}
+
+// computeSlices reads the compute slices of a MIG profile name ("3g.40gb"
+// -> 3), 0 when the name does not start with them.
+func computeSlices(name string) int {
+	n, _, ok := strings.Cut(name, "g")
+	if !ok {
+		return 0
+	}
+	c, err := strconv.Atoi(n)
+	if err != nil {
+		return 0
+	}
+	return c
+}

@@ -1,0 +1,188 @@
+package configs
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func nodeOf(n int, model, product string, capable bool) []GPU {
+	gpus := make([]GPU, n)
+	for i := range gpus {
+		gpus[i] = GPU{Index: i, Model: model, Product: product, MIGCapable: capable}
+	}
+	return gpus
+}
+
+func dgxH100() []GPU { return nodeOf(8, "H100-80GB", "NVIDIA H100 80GB HBM3", true) }
+
+func TestValidate(t *testing.T) {
+	mixed := append(nodeOf(2, "H100-80GB", "NVIDIA H100 80GB HBM3", true),
+		GPU{Index: 2, Model: "T4-16GB", Product: "Tesla T4", MIGCapable: false},
+		GPU{Index: 3, Model: "B200-180GB", Product: "NVIDIA B200", MIGCapable: true})
+	tests := []struct {
+		name     string
+		profiles string
+		gpus     []GPU // nil: no node, check the catalogue
+		want     []string
+	}{
+		// 1g.10gb is a two-slice profile on the A100-40GB: without a
+		// model filter, split[0] is checked there too and fails.
+		// 1g.10gb x7 is impossible on an A100-40GB (where 1g.10gb takes two
+		// memory slices) but fits an H100: without a node, that is valid.
+		{"spec example: split[0] has no model filter", "", nil, nil},
+		{"placement fails with Fit's reason", `
+  p:
+    - gpus: all
+      model: H100-80GB
+      mig: {3g.40gb: 2, 1g.10gb: 1}
+`, nil, []string{"profiles.p[0].mig: 3g.40gb x2 + 1g.10gb cannot be placed on H100-80GB: no placement holds them all"}},
+		{"no filter: fits on one model with all the names", `
+  p:
+    - gpus: all
+      mig: {1g.10gb: 7}
+`, nil, nil},
+		{"no filter: fits on no model with all the names", `
+  p:
+    - gpus: all
+      mig: {1g.10gb: 8}
+`, nil, []string{"profiles.p[0].mig: 1g.10gb x8 cannot be placed on any known GPU model (on A100-40GB: at most 4 1g.10gb per GPU; on H100-80GB: at most 7 1g.10gb per GPU)"}},
+		{"no model knows all the names", `
+  p:
+    - gpus: all
+      mig: {1g.5gb: 1, 1g.18gb: 1}
+`, nil, []string{"profiles.p[0].mig: no known GPU model has all of 1g.18gb, 1g.5gb (A100-40GB has 1g.5gb; H100-80GB has none of them; H200-141GB has 1g.18gb; A30-24GB has none of them)"}},
+		{"filter matches no model", `
+  p:
+    - gpus: all
+      model: V100
+      mig: {1g.5gb: 1}
+`, nil, []string{`profiles.p[0].model: "V100" matches no known GPU model (known: A100-40GB, H100-80GB, H200-141GB, A30-24GB)`}},
+		{"profile unknown to the filtered model", `
+  p:
+    - gpus: all
+      model: A30
+      mig: {1g.10gb: 1, 2g.20gb: 1}
+`, nil, []string{"profiles.p[0].mig: 1g.10gb, 2g.20gb are not MIG profiles of A30-24GB; it has 1g.6gb, 1g.6gb+me, 2g.12gb, 2g.12gb+me, 4g.24gb"}},
+		{"two +me", `
+  p:
+    - gpus: all
+      model: A30
+      mig: {1g.6gb+me: 1, 2g.12gb+me: 1}
+`, nil, []string{"profiles.p[0].mig: 2g.12gb+me + 1g.6gb+me cannot be placed on A30-24GB: at most one +me instance per GPU"}},
+		{"different filters that match one model", `
+  p:
+    - gpus: all
+      model: H100
+      mig: {7g.80gb: 1}
+    - gpus: [3]
+      model: H100-80GB-HBM3
+  q:
+    - gpus: all
+      model: H100
+    - gpus: all
+      model: A100
+`, nil, []string{"profiles.p[1].gpus: on H100-80GB, GPU 3 is also selected by profiles.p[0] (both model filters match H100-80GB)"}},
+		{"mig {} needs no placement", `
+  p:
+    - gpus: all
+      mig: {}
+`, nil, nil},
+		{"on a node: fits", "", dgxH100(), nil},
+		{"on a node: indices the node lacks", `
+  p:
+    - gpus: [0, 9, 8]
+      mig: {1g.10gb: 1}
+    - gpus: [12]
+`, dgxH100(), []string{
+			"profiles.p[0].gpus: GPUs 8-9 are not on this node (it has GPUs 0-7)",
+			"profiles.p[1].gpus: GPU 12 is not on this node (it has GPUs 0-7)",
+		}},
+		{"on a node: checked on the models of the selected GPUs", `
+  p:
+    - gpus: all
+      mig: {1g.10gb: 7}
+`, nodeOf(4, "A100-40GB", "NVIDIA A100-SXM4-40GB", true), []string{
+			"profiles.p[0].mig: 1g.10gb x7 cannot be placed on A100-40GB (GPUs 0-3): at most 4 1g.10gb per GPU",
+		}},
+		{"on a node: unknown profile, incapable GPU, unknown geometry", `
+  p:
+    - gpus: all
+      mig: {1g.5gb: 2}
+`, mixed, []string{
+			"profiles.p[0].mig: 1g.5gb is not a MIG profile of H100-80GB (GPUs 0-1); it has 1g.10gb",
+			"profiles.p[0].mig: GPU 2 (T4-16GB) cannot run MIG",
+			"profiles.p[0].mig: no MIG geometry is known for B200-180GB (GPU 3)",
+		}},
+		{"on a node: the model filter keeps MIG off other GPUs", `
+  p:
+    - gpus: all
+      model: H100
+      mig: {3g.40gb: 2}
+    - gpus: all
+      model: T4
+      timeSlicing: {replicas: 4}
+`, mixed, nil},
+		{"on a node: two filters match one GPU", `
+  p:
+    - gpus: [0]
+      model: H100
+    - gpus: [0, 1]
+      model: HBM3
+`, mixed, []string{
+			"profiles.p[1].gpus: GPU 0 (H100-80GB) is also selected by profiles.p[0]",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := specExample
+			if tc.profiles != "" {
+				src = "version: v1\nprofiles:" + tc.profiles
+			}
+			f := mustParse(t, src)
+			err := f.Validate(newFakeGeometry(), tc.gpus)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			var verr *Error
+			if !errors.As(err, &verr) {
+				t.Fatalf("Validate = %v, want *Error", err)
+			}
+			if len(verr.Problems) != len(tc.want) {
+				t.Fatalf("got %d problems, want %d:\n%v", len(verr.Problems), len(tc.want), err)
+			}
+			for i, w := range tc.want {
+				if got := verr.Problems[i].String(); !strings.HasPrefix(got, w) {
+					t.Errorf("problem %d = %q\nwant prefix %q", i, got, w)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateNeedsGeometry(t *testing.T) {
+	f := mustParse(t, specExample)
+	if err := f.Validate(nil, nil); err == nil {
+		t.Error("Validate(nil geometry) succeeded")
+	}
+}
+
+func TestDescribeMIG(t *testing.T) {
+	tests := []struct {
+		mig  map[string]int
+		want string
+	}{
+		{map[string]int{"1g.10gb": 1, "3g.40gb": 2}, "3g.40gb x2 + 1g.10gb"},
+		{map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}, "3g.40gb + 2g.20gb + 1g.10gb x2"},
+		{map[string]int{"1g.20gb": 1, "1g.10gb": 1, "7g.80gb": 1}, "7g.80gb + 1g.10gb + 1g.20gb"},
+		{map[string]int{"odd": 1, "1g.5gb": 3}, "1g.5gb x3 + odd"},
+	}
+	for _, tc := range tests {
+		if got := describeMIG(tc.mig); got != tc.want {
+			t.Errorf("describeMIG(%v) = %q, want %q", tc.mig, got, tc.want)
+		}
+	}
+}
