@@ -1,0 +1,529 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/carve-dev/carve/timeslice"
+)
+
+const (
+	migRes    = "nvidia.com/mig-1g.10gb"
+	sharedRes = "nvidia.com/gpu.shared"
+	// quietWait bounds the wait for "no message".
+	quietWait = 200 * time.Millisecond
+	msgWait   = 5 * time.Second
+)
+
+func TestSocketName(t *testing.T) {
+	tests := []struct{ resource, want string }{
+		{"nvidia.com/gpu", "carve-nvidia.com_gpu.sock"},
+		{"nvidia.com/gpu.shared", "carve-nvidia.com_gpu.shared.sock"},
+		{"nvidia.com/mig-1g.10gb", "carve-nvidia.com_mig-1g.10gb.sock"},
+		{"nvidia.com/mig-1g.10gb.me", "carve-nvidia.com_mig-1g.10gb.me.sock"},
+		{"odd name/x+y", "carve-odd_name_x_y.sock"},
+	}
+	for _, tt := range tests {
+		if got := SocketName(tt.resource); got != tt.want {
+			t.Errorf("SocketName(%q) = %q, want %q", tt.resource, got, tt.want)
+		}
+	}
+}
+
+func TestRegistersEachResource(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	res := timeslice.Resources{
+		timeslice.GPUResource: wholeGPUs(0, 1),
+		sharedRes:             sharedGPUs(2, 2),
+		migRes:                migDevs(3, "1g.10gb", 1, 7, 8),
+	}
+	e.update(t, res)
+	reqs := e.kubelet.requests()
+	if len(reqs) != len(res) {
+		t.Fatalf("got %d registrations, want %d", len(reqs), len(res))
+	}
+	for _, r := range reqs {
+		if r.Version != pluginapi.Version {
+			t.Errorf("%s: version %q", r.ResourceName, r.Version)
+		}
+		if r.Endpoint != SocketName(r.ResourceName) {
+			t.Errorf("%s: endpoint %q, want %q", r.ResourceName, r.Endpoint, SocketName(r.ResourceName))
+		}
+		if !r.GetOptions().GetGetPreferredAllocationAvailable() {
+			t.Errorf("%s: registered without GetPreferredAllocationAvailable", r.ResourceName)
+		}
+	}
+	for name, devs := range res {
+		p := e.kubelet.plugin(t, name, msgWait)
+		if !p.opts.GetGetPreferredAllocationAvailable() {
+			t.Errorf("%s: GetDevicePluginOptions without GetPreferredAllocationAvailable", name)
+		}
+		got := idsOf(p.next(t, msgWait))
+		var want []string
+		for _, d := range devs {
+			want = append(want, d.ID)
+		}
+		sort.Strings(want)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: first list %v, want %v", name, got, want)
+		}
+		if _, err := os.Stat(e.socket(name)); err != nil {
+			t.Errorf("%s: socket: %v", name, err)
+		}
+	}
+}
+
+func TestUpdateSendsOnlyChanges(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	base := timeslice.Resources{
+		timeslice.GPUResource: wholeGPUs(0, 1),
+		migRes:                migDevs(2, "1g.10gb", 1, 7, 8),
+	}
+	e.update(t, base)
+	plugins := map[string]*stubPlugin{}
+	for name := range base {
+		plugins[name] = e.kubelet.plugin(t, name, msgWait)
+		plugins[name].next(t, msgWait)
+	}
+	steps := []struct {
+		name    string
+		res     timeslice.Resources
+		changed map[string][]string // resource -> IDs of the expected message
+	}{
+		{"same devices", base, nil},
+		{"same devices, new slices", timeslice.Resources{
+			timeslice.GPUResource: wholeGPUs(0, 1),
+			migRes:                migDevs(2, "1g.10gb", 1, 7, 8),
+		}, nil},
+		{"GPU added", timeslice.Resources{
+			timeslice.GPUResource: wholeGPUs(0, 1, 3),
+			migRes:                migDevs(2, "1g.10gb", 1, 7, 8),
+		}, map[string][]string{timeslice.GPUResource: {"GPU-0", "GPU-1", "GPU-3"}}},
+		{"MIG device replaced", timeslice.Resources{
+			timeslice.GPUResource: wholeGPUs(0, 1, 3),
+			migRes:                migDevs(2, "1g.10gb", 1, 7, 9),
+		}, map[string][]string{migRes: {"MIG-2-7", "MIG-2-9"}}},
+		{"both change", timeslice.Resources{
+			timeslice.GPUResource: wholeGPUs(0),
+			migRes:                migDevs(2, "1g.10gb", 1, 9),
+		}, map[string][]string{timeslice.GPUResource: {"GPU-0"}, migRes: {"MIG-2-9"}}},
+	}
+	for _, st := range steps {
+		e.update(t, st.res)
+		for name, p := range plugins {
+			want, ok := st.changed[name]
+			if !ok {
+				p.none(t, quietWait)
+				continue
+			}
+			if got := idsOf(p.next(t, msgWait)); !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: %s: got %v, want %v", st.name, name, got, want)
+			}
+		}
+	}
+	// No re-registration for changes.
+	for name, n := range e.kubelet.registrations() {
+		if n != 1 {
+			t.Errorf("%s registered %d times, want 1", name, n)
+		}
+	}
+}
+
+func TestNUMAHints(t *testing.T) {
+	e := newEnv(t, Options{NUMANode: func(gpu int) (int, bool) { return gpu / 2, gpu < 2 }}, false)
+	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1, 2)})
+	got := summary(e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait))
+	want := map[string]string{"GPU-0": "Healthy@0", "GPU-1": "Healthy@0", "GPU-2": "Healthy"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestVanishedResourceStops(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	e.update(t, timeslice.Resources{
+		timeslice.GPUResource: wholeGPUs(0),
+		migRes:                migDevs(1, "1g.10gb", 1, 7),
+	})
+	gone := e.kubelet.plugin(t, migRes, msgWait)
+	stays := e.kubelet.plugin(t, timeslice.GPUResource, msgWait)
+	gone.next(t, msgWait)
+	stays.next(t, msgWait)
+
+	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0), migRes: nil})
+	if _, err := os.Stat(e.socket(migRes)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket of the vanished resource: %v, want it removed", err)
+	}
+	select {
+	case <-gone.done:
+	case <-time.After(msgWait):
+		t.Fatal("stream of the vanished resource did not end")
+	}
+	if _, err := net.Dial("unix", e.socket(migRes)); err == nil {
+		t.Error("vanished resource still answers")
+	}
+	stays.none(t, quietWait)
+	if _, err := os.Stat(e.socket(timeslice.GPUResource)); err != nil {
+		t.Errorf("socket of the remaining resource: %v", err)
+	}
+	if got := e.m.Advertised(); len(got) != 1 || got[timeslice.GPUResource] == nil {
+		t.Errorf("Advertised() = %v, want only %s", got, timeslice.GPUResource)
+	}
+}
+
+func TestKubeletRestartReregisters(t *testing.T) {
+	tests := []struct {
+		name string
+		// wipe deletes the plugin sockets too, as a starting kubelet does.
+		wipe bool
+	}{
+		{"kubelet socket recreated", false},
+		{"kubelet wipes plugin sockets", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A long retry interval: only the directory events may drive
+			// the re-registration.
+			e := newEnv(t, Options{RetryInterval: time.Hour}, true)
+			res := timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1), migRes: migDevs(2, "1g.10gb", 1, 7)}
+			e.update(t, res)
+			for name := range res {
+				e.kubelet.plugin(t, name, msgWait).next(t, msgWait)
+			}
+			e.kubelet.stop()
+			if tt.wipe {
+				for name := range res {
+					if err := os.Remove(e.socket(name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			k2 := startStubKubelet(t, e.dir)
+			for name, devs := range res {
+				p := k2.plugin(t, name, time.Second)
+				if got := idsOf(p.next(t, msgWait)); len(got) != len(devs) {
+					t.Errorf("%s: list after re-registration %v, want %d devices", name, got, len(devs))
+				}
+			}
+		})
+	}
+}
+
+func TestOwnSocketDeletedRestarts(t *testing.T) {
+	e := newEnv(t, Options{RetryInterval: time.Hour}, true)
+	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1), migRes: migDevs(2, "1g.10gb", 1, 7)})
+	first := e.kubelet.plugin(t, timeslice.GPUResource, msgWait)
+	first.next(t, msgWait)
+	other := e.kubelet.plugin(t, migRes, msgWait)
+	other.next(t, msgWait)
+
+	if err := os.Remove(e.socket(timeslice.GPUResource)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "re-registration", func() bool {
+		return e.kubelet.registrations()[timeslice.GPUResource] == 2
+	})
+	p := e.kubelet.plugin(t, timeslice.GPUResource, msgWait)
+	if got := idsOf(p.next(t, msgWait)); !reflect.DeepEqual(got, []string{"GPU-0", "GPU-1"}) {
+		t.Errorf("list after restart %v", got)
+	}
+	if _, err := os.Stat(e.socket(timeslice.GPUResource)); err != nil {
+		t.Errorf("socket not recreated: %v", err)
+	}
+	select {
+	case <-first.done:
+	case <-time.After(msgWait):
+		t.Error("stream of the old listener did not end")
+	}
+	if n := e.kubelet.registrations()[migRes]; n != 1 {
+		t.Errorf("untouched resource registered %d times, want 1", n)
+	}
+}
+
+func TestSocketClaim(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(t *testing.T, path string)
+		wantErr bool
+	}{
+		{"no file", func(*testing.T, string) {}, false},
+		{"live process", func(t *testing.T, path string) {
+			ln, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+		}, true},
+		{"stale socket", func(t *testing.T, path string) {
+			ln, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln.(*net.UnixListener).SetUnlinkOnClose(false)
+			ln.Close()
+		}, false},
+		{"stale file", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Options{}, false)
+			path := e.socket(timeslice.GPUResource)
+			tt.prepare(t, path)
+			err := e.m.Update(context.Background(), timeslice.Resources{timeslice.GPUResource: wholeGPUs(0)})
+			if tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "another live process") {
+					t.Fatalf("Update error %v, want one naming %s as served by another process", err, path)
+				}
+				if _, err := os.Stat(path); err != nil {
+					t.Errorf("the other process's socket was touched: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Update: %v", err)
+			}
+			e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+		})
+	}
+}
+
+func TestRegistrationRetried(t *testing.T) {
+	e := newEnv(t, Options{RetryInterval: 20 * time.Millisecond}, true)
+	e.kubelet.mu.Lock()
+	e.kubelet.reject = true
+	e.kubelet.mu.Unlock()
+	err := e.m.Update(context.Background(), timeslice.Resources{timeslice.GPUResource: wholeGPUs(0)})
+	if err == nil || !strings.Contains(err.Error(), "register nvidia.com/gpu") {
+		t.Fatalf("Update error %v, want a registration error", err)
+	}
+	// The server serves anyway and registers once the kubelet accepts.
+	if _, err := dialPlugin(t, e.socket(timeslice.GPUResource)).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
+		t.Fatalf("server not serving after failed registration: %v", err)
+	}
+	e.kubelet.mu.Lock()
+	e.kubelet.reject = false
+	e.kubelet.mu.Unlock()
+	e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+}
+
+func TestWithdraw(t *testing.T) {
+	tests := []struct {
+		name     string
+		withdraw []string
+		want     map[string][]string // resource -> IDs after
+	}{
+		{"device ID", []string{"GPU-1"}, map[string][]string{
+			timeslice.GPUResource: {"GPU-0"},
+		}},
+		{"replica IDs", []string{"GPU-2::0", "GPU-2::1"}, map[string][]string{
+			sharedRes: {"GPU-2::2", "GPU-3::0", "GPU-3::1", "GPU-3::2"},
+		}},
+		{"physical UUID takes all replicas", []string{"GPU-3"}, map[string][]string{
+			sharedRes: {"GPU-2::0", "GPU-2::1", "GPU-2::2"},
+		}},
+		{"GPU UUID takes its MIG devices", []string{"GPU-4"}, map[string][]string{
+			migRes: {"MIG-5-7"},
+		}},
+		{"across resources", []string{"MIG-4-8", "GPU-0"}, map[string][]string{
+			timeslice.GPUResource: {"GPU-1"},
+			migRes:                {"MIG-4-7", "MIG-5-7"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, Options{}, false)
+			res := timeslice.Resources{
+				timeslice.GPUResource: wholeGPUs(0, 1),
+				sharedRes:             sharedGPUs(3, 2, 3),
+				migRes:                append(migDevs(4, "1g.10gb", 1, 7, 8), migDevs(5, "1g.10gb", 1, 7)...),
+			}
+			e.update(t, res)
+			plugins := map[string]*stubPlugin{}
+			for name := range res {
+				plugins[name] = e.kubelet.plugin(t, name, msgWait)
+				plugins[name].next(t, msgWait)
+			}
+			if err := e.m.Withdraw(context.Background(), tt.withdraw); err != nil {
+				t.Fatalf("Withdraw: %v", err)
+			}
+			for name, p := range plugins {
+				want, ok := tt.want[name]
+				if !ok {
+					p.none(t, quietWait)
+					continue
+				}
+				if got := idsOf(p.next(t, msgWait)); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: after Withdraw %v, want %v", name, got, want)
+				}
+			}
+			// Allocate refuses withdrawn devices.
+			for _, id := range tt.withdraw {
+				for name := range tt.want {
+					_, err := dialPlugin(t, e.socket(name)).Allocate(context.Background(), &pluginapi.AllocateRequest{
+						ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{id}}}})
+					if err == nil {
+						t.Errorf("%s: Allocate of withdrawn %s succeeded", name, id)
+					}
+				}
+			}
+			// The next Update ends the withdrawal.
+			e.update(t, res)
+			for name := range tt.want {
+				if got := plugins[name].next(t, msgWait); len(got.Devices) != len(res[name]) {
+					t.Errorf("%s: after Update %d devices, want %d", name, len(got.Devices), len(res[name]))
+				}
+			}
+		})
+	}
+}
+
+// blockingStream is a ListAndWatch stream whose Send reports each message
+// on got and returns only when gate lets it.
+type blockingStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	got  chan *pluginapi.ListAndWatchResponse
+	gate chan struct{}
+}
+
+func (b *blockingStream) Context() context.Context { return b.ctx }
+func (b *blockingStream) Send(m *pluginapi.ListAndWatchResponse) error {
+	b.got <- m
+	select {
+	case <-b.gate:
+		return nil
+	case <-b.ctx.Done():
+		return b.ctx.Err()
+	}
+}
+
+func TestWithdrawWaitsForSend(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1)})
+	e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+	e.m.mu.Lock()
+	s := e.m.servers[timeslice.GPUResource]
+	e.m.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bs := &blockingStream{ctx: ctx, got: make(chan *pluginapi.ListAndWatchResponse, 8), gate: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.ListAndWatch(&pluginapi.Empty{}, bs)
+	}()
+	defer wg.Wait()
+	defer cancel()
+	<-bs.got // the initial list
+	bs.gate <- struct{}{}
+
+	done := make(chan error, 1)
+	go func() { done <- e.m.Withdraw(context.Background(), []string{"GPU-1"}) }()
+	select {
+	case m := <-bs.got:
+		if got := idsOf(m); !reflect.DeepEqual(got, []string{"GPU-0"}) {
+			t.Fatalf("withdraw list %v", got)
+		}
+	case <-time.After(msgWait):
+		t.Fatal("the stream was not sent the reduced list")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Withdraw returned (%v) before Send returned", err)
+	case <-time.After(quietWait):
+	}
+	bs.gate <- struct{}{}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Withdraw: %v", err)
+		}
+	case <-time.After(msgWait):
+		t.Fatal("Withdraw did not return after Send returned")
+	}
+
+	// A Send that never returns: Withdraw gives up with ctx.
+	tctx, tcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer tcancel()
+	err := e.m.Withdraw(tctx, []string{"GPU-0"})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), timeslice.GPUResource) {
+		t.Fatalf("Withdraw with a stuck stream: %v, want deadline exceeded naming the resource", err)
+	}
+	<-bs.got
+	// Withdrawing the same device again still waits for the stuck Send.
+	tctx2, tcancel2 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer tcancel2()
+	if err := e.m.Withdraw(tctx2, []string{"GPU-0"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("repeated Withdraw with a stuck stream: %v, want deadline exceeded", err)
+	}
+	go func() { done <- e.m.Withdraw(context.Background(), []string{"GPU-0"}) }()
+	bs.gate <- struct{}{}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("repeated Withdraw: %v", err)
+		}
+	case <-time.After(msgWait):
+		t.Fatal("repeated Withdraw did not return after Send returned")
+	}
+}
+
+func TestReconcileNoticesNewKubelet(t *testing.T) {
+	// No Run, so no directory events: reconcile alone must notice that
+	// the kubelet socket is a new one.
+	e := newEnv(t, Options{}, false)
+	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0)})
+	e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+	e.m.reconcile(context.Background())
+	if n := e.kubelet.registrations()[timeslice.GPUResource]; n != 1 {
+		t.Fatalf("reconcile with the same kubelet registered again (%d registrations)", n)
+	}
+	e.kubelet.stop()
+	k2 := startStubKubelet(t, e.dir)
+	e.m.reconcile(context.Background())
+	k2.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+}
+
+func TestStopRemovesSockets(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0), migRes: migDevs(1, "1g.10gb", 1, 7)})
+	e.m.Stop()
+	for _, name := range []string{timeslice.GPUResource, migRes} {
+		if _, err := os.Stat(e.socket(name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s socket after Stop: %v", name, err)
+		}
+	}
+	entries, _ := os.ReadDir(e.dir)
+	for _, en := range entries {
+		if en.Name() != DefaultKubeletSocket {
+			t.Errorf("left behind %s", filepath.Join(e.dir, en.Name()))
+		}
+	}
+}

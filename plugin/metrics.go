@@ -1,0 +1,57 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the plugin's Prometheus collectors.
+type metrics struct {
+	allocations *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	xids        *prometheus.CounterVec
+}
+
+// newMetrics creates the collectors and registers them on reg (if not nil).
+// A collector already registered by an earlier Manager on the same
+// registry is reused.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "carve",
+			Subsystem: "device_plugin",
+			Name:      "allocations_total",
+			Help:      "Container allocations the device plugin answered, by resource.",
+		}, []string{"resource"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "carve",
+			Subsystem: "device_plugin",
+			Name:      "allocation_failures_total",
+			Help:      "Allocate calls the device plugin refused, by resource.",
+		}, []string{"resource"}),
+		xids: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "carve",
+			Subsystem: "device_plugin",
+			Name:      "xid_events_total",
+			Help:      "XID events seen by the health loop, by whether they are critical.",
+		}, []string{"critical"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []**prometheus.CounterVec{&m.allocations, &m.failures, &m.xids} {
+		if err := reg.Register(*c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+					*c = existing
+					continue
+				}
+			}
+			return nil, fmt.Errorf("register device plugin metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,68 @@
+package plugin
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestOptionsDefaults(t *testing.T) {
+	m, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := m.opts
+	if o.DevicePluginDir != "/var/lib/kubelet/device-plugins/" || o.KubeletSocket != "kubelet.sock" || o.CDIKind != "nvidia.com/gpu" {
+		t.Errorf("paths/kinds: %q %q %q", o.DevicePluginDir, o.KubeletSocket, o.CDIKind)
+	}
+	if !reflect.DeepEqual(o.Health.IgnoredXIDs, []uint64{13, 31, 43, 45, 68, 109}) || o.Health.Quiet != DefaultHealthQuiet {
+		t.Errorf("health defaults: %+v", o.Health)
+	}
+	if o.ReplicaPolicy.String() != "spread" || Pack.String() != "pack" {
+		t.Errorf("policy names %q %q", o.ReplicaPolicy, Pack)
+	}
+	// An explicit empty ignore list ignores nothing.
+	m, err = New(Options{Health: HealthOptions{IgnoredXIDs: []uint64{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ignored[13] {
+		t.Error("XID 13 ignored with an empty ignore list")
+	}
+}
+
+func TestOptionsInvalid(t *testing.T) {
+	tests := []struct {
+		name   string
+		opts   Options
+		errHas string
+	}{
+		{"unknown policy", Options{ReplicaPolicy: 7}, "replica policy"},
+		{"backoff bounds", Options{Health: HealthOptions{MinBackoff: time.Second, MaxBackoff: time.Millisecond}}, "backoff"},
+	}
+	for _, tt := range tests {
+		if _, err := New(tt.opts); err == nil || !strings.Contains(err.Error(), tt.errHas) {
+			t.Errorf("%s: error %v, want one mentioning %q", tt.name, err, tt.errHas)
+		}
+	}
+}
+
+func TestMetricsSharedRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := New(Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Options{Registerer: reg})
+	if err != nil {
+		t.Fatalf("second Manager on one registry: %v", err)
+	}
+	a.metrics.allocations.WithLabelValues("r").Inc()
+	b.metrics.allocations.WithLabelValues("r").Inc()
+	if got := counterValue(t, reg, "carve_device_plugin_allocations_total", "r"); got != 2 {
+		t.Errorf("shared counter %v, want 2", got)
+	}
+}

@@ -1,0 +1,525 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// SocketName returns the socket file name of a resource's server:
+// "carve-" + the resource name with every character other than letters,
+// digits, '.', '-' and '_' (the '/' in particular) written as '_' + ".sock".
+// nvidia.com/mig-1g.10gb is served on carve-nvidia.com_mig-1g.10gb.sock.
+func SocketName(resource string) string {
+	var b strings.Builder
+	b.WriteString("carve-")
+	for _, r := range resource {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	b.WriteString(".sock")
+	return b.String()
+}
+
+// advertised is one device as ListAndWatch reports it.
+type advertised struct {
+	id      string
+	healthy bool
+	numa    int // -1: unknown
+}
+
+// entry is a device of the resource with what ListAndWatch needs of it.
+type entry struct {
+	dev  timeslice.Device
+	numa int
+}
+
+// stream is one open ListAndWatch stream.
+type stream struct {
+	// notify wakes the stream's sender; buffered so a wake-up is never lost.
+	notify chan struct{}
+	// sent is the version of the last list Send returned for (under
+	// server.mu).
+	sent uint64
+}
+
+// server is the device-plugin server of one resource.
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	m        *Manager
+	resource string
+	socket   string // full path
+
+	// regMu serialises registrations of this server.
+	regMu sync.Mutex
+	// lifeMu serialises starting, restarting and stopping the listener.
+	lifeMu sync.Mutex
+
+	mu sync.Mutex
+	// entries are all devices Update gave, in order.
+	entries []entry
+	// adv is what ListAndWatch advertises now, resp the same as a message.
+	adv  []advertised
+	resp *pluginapi.ListAndWatchResponse
+	// known maps the advertised IDs to their devices; replaced, never
+	// mutated, so readers may keep it after unlocking.
+	known map[string]timeslice.Device
+	// shared is true when some device of the resource is a replica.
+	shared bool
+	// version counts changes of adv; streams send until they reach it.
+	version uint64
+	streams map[*stream]struct{}
+	// progress is closed and replaced whenever a stream sends or ends.
+	progress chan struct{}
+	// grpc and sockInfo belong to the listener now serving; nil when
+	// stopped.
+	grpc     *grpc.Server
+	sockInfo os.FileInfo
+	// registered says the kubelet accepted the last registration of the
+	// current listener.
+	registered bool
+	// regGen counts requests to register again; a registration that
+	// started before the latest one does not count.
+	regGen uint64
+	// regKubelet is the kubelet socket file the last registration went to.
+	regKubelet os.FileInfo
+	stopped    bool
+}
+
+func newServer(m *Manager, resource string) *server {
+	return &server{
+		m:        m,
+		resource: resource,
+		socket:   filepath.Join(m.opts.DevicePluginDir, SocketName(resource)),
+		streams:  map[*stream]struct{}{},
+		progress: make(chan struct{}),
+		known:    map[string]timeslice.Device{},
+	}
+}
+
+// setDevices replaces the devices of the resource; refresh must follow.
+func (s *server) setDevices(devs []timeslice.Device) {
+	entries := make([]entry, len(devs))
+	shared := false
+	for i, d := range devs {
+		numa := -1
+		if f := s.m.opts.NUMANode; f != nil {
+			if n, ok := f(d.GPU); ok && n >= 0 {
+				numa = n
+			}
+		}
+		entries[i] = entry{dev: d, numa: numa}
+		if d.Replica >= 0 {
+			shared = true
+		}
+	}
+	s.mu.Lock()
+	s.entries, s.shared = entries, shared
+	s.mu.Unlock()
+}
+
+// refresh recomputes what the resource advertises with the manager's
+// withdrawals and health (the caller holds m.mu) and, if it changed, bumps
+// the version and wakes every stream. It returns the version now current
+// and the streams open.
+func (s *server) refresh(withdrawn func(timeslice.Device) bool, healthy func(timeslice.Device) bool) (changed bool, version uint64, open []*stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	adv := make([]advertised, 0, len(s.entries))
+	known := make(map[string]timeslice.Device, len(s.entries))
+	for _, e := range s.entries {
+		if withdrawn(e.dev) {
+			continue
+		}
+		adv = append(adv, advertised{id: e.dev.ID, healthy: healthy(e.dev), numa: e.numa})
+		known[e.dev.ID] = e.dev
+	}
+	s.known = known
+	if s.resp == nil || !slices.Equal(adv, s.adv) {
+		s.adv, s.resp = adv, listResponse(adv)
+		s.version++
+		changed = true
+		for st := range s.streams {
+			select {
+			case st.notify <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for st := range s.streams {
+		open = append(open, st)
+	}
+	return changed, s.version, open
+}
+
+func listResponse(adv []advertised) *pluginapi.ListAndWatchResponse {
+	resp := &pluginapi.ListAndWatchResponse{Devices: make([]*pluginapi.Device, len(adv))}
+	for i, a := range adv {
+		d := &pluginapi.Device{ID: a.id, Health: pluginapi.Healthy}
+		if !a.healthy {
+			d.Health = pluginapi.Unhealthy
+		}
+		if a.numa >= 0 {
+			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(a.numa)}}}
+		}
+		resp.Devices[i] = d
+	}
+	return resp
+}
+
+// claimSocket makes the socket path free for this server: a socket another
+// live process answers on is an error; a stale file is removed.
+func (s *server) claimSocket() error {
+	if _, err := os.Lstat(s.socket); errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("socket %s: %w", s.socket, err)
+	}
+	conn, err := net.DialTimeout("unix", s.socket, s.m.opts.Timeout)
+	if err == nil {
+		_ = conn.Close()
+		return fmt.Errorf("socket %s is served by another live process; refusing to replace it", s.socket)
+	}
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", s.socket, err)
+	}
+	s.m.log.Info("removed stale device plugin socket", "socket", s.socket)
+	return nil
+}
+
+// start listens on the socket and serves the device-plugin API.
+func (s *server) start() error {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	return s.startLocked()
+}
+
+// startLocked is start with lifeMu held; no earlier listener may serve.
+func (s *server) startLocked() error {
+	if err := s.claimSocket(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("unix", s.socket)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.socket, err)
+	}
+	// The socket is removed by stop, and only while it is still ours.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	info, err := os.Stat(s.socket)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("stat %s: %w", s.socket, err)
+	}
+	g := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(g, s)
+	s.mu.Lock()
+	s.grpc, s.sockInfo, s.registered, s.stopped = g, info, false, false
+	s.mu.Unlock()
+	go func() {
+		if err := g.Serve(ln); err != nil {
+			s.m.log.Error("device plugin server ended", "resource", s.resource, "socket", s.socket, "err", err)
+		}
+	}()
+	s.m.log.Info("device plugin server started", "resource", s.resource, "socket", s.socket)
+	return nil
+}
+
+// stop stops serving, ending every stream, and removes the socket file if
+// it is still the one this server created. final marks the server dead.
+func (s *server) stop(final bool) {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	s.stopLocked(final)
+}
+
+func (s *server) stopLocked(final bool) {
+	s.mu.Lock()
+	g, info := s.grpc, s.sockInfo
+	s.grpc, s.sockInfo, s.registered = nil, nil, false
+	if final {
+		s.stopped = true
+	}
+	s.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.Stop()
+	if cur, err := os.Lstat(s.socket); err == nil && sameFile(cur, info) {
+		if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.m.log.Error("remove device plugin socket", "socket", s.socket, "err", err)
+		}
+	}
+	s.m.log.Info("device plugin server stopped", "resource", s.resource, "socket", s.socket)
+}
+
+// socketIntact reports whether the server is serving and its socket file
+// is still the one it listens on.
+func (s *server) socketIntact() bool {
+	s.mu.Lock()
+	info, stopped := s.sockInfo, s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return true // nothing to restore
+	}
+	if info == nil {
+		return false
+	}
+	cur, err := os.Lstat(s.socket)
+	return err == nil && sameFile(cur, info)
+}
+
+// sameFile reports whether two stats are of the same file. Inode numbers
+// are reused at once after a delete, so a socket deleted and created again
+// is told apart by its modification time too.
+func sameFile(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
+}
+
+// restart replaces the listener after the socket file went away.
+func (s *server) restart() error {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped {
+		return nil
+	}
+	s.stopLocked(false)
+	if err := s.startLocked(); err != nil {
+		return fmt.Errorf("restart device plugin server for %s: %w", s.resource, err)
+	}
+	return nil
+}
+
+// reregister makes the next reconcile register the server again.
+func (s *server) reregister() {
+	s.mu.Lock()
+	s.registered = false
+	s.regGen++
+	s.mu.Unlock()
+}
+
+// needsRegistration reports whether the current listener is to be
+// registered with the kubelet whose socket file is kubelet: it was never
+// registered, or registered with an earlier kubelet socket.
+func (s *server) needsRegistration(kubelet os.FileInfo) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.grpc == nil {
+		return false
+	}
+	if s.registered && s.regKubelet != nil && kubelet != nil && !sameFile(s.regKubelet, kubelet) {
+		s.registered = false
+		s.regGen++
+	}
+	return !s.registered
+}
+
+// holds reports whether some device of the resource matches.
+func (s *server) holds(match func(timeslice.Device) bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.entries {
+		if match(e.dev) {
+			return true
+		}
+	}
+	return false
+}
+
+// register registers the server with the kubelet, unless the current
+// listener is registered already. A failed connection is retried a few
+// times within the timeout: a kubelet that just created its socket may not
+// accept yet.
+func (s *server) register(ctx context.Context) error {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	s.mu.Lock()
+	g, gen, done := s.grpc, s.regGen, s.registered
+	s.mu.Unlock()
+	if g == nil || done {
+		return nil // stopped meanwhile, or registered by a concurrent call
+	}
+	kubelet := filepath.Join(s.m.opts.DevicePluginDir, s.m.opts.KubeletSocket)
+	ctx, cancel := context.WithTimeout(ctx, s.m.opts.Timeout)
+	defer cancel()
+	req := &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     filepath.Base(s.socket),
+		ResourceName: s.resource,
+		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+	}
+	var (
+		err  error
+		info os.FileInfo
+	)
+	for attempt := 0; ; attempt++ {
+		if info, err = registerOnce(ctx, kubelet, req); err == nil {
+			break
+		}
+		if attempt >= 4 || ctx.Err() != nil {
+			return fmt.Errorf("register %s (socket %s) with kubelet %s: %w", s.resource, req.Endpoint, kubelet, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(20<<attempt) * time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	if s.grpc == g && s.regGen == gen {
+		s.registered, s.regKubelet = true, info
+	}
+	s.mu.Unlock()
+	s.m.log.Info("registered with kubelet", "resource", s.resource, "endpoint", req.Endpoint)
+	return nil
+}
+
+// registerOnce sends one registration; it returns the kubelet socket file
+// it went to.
+func registerOnce(ctx context.Context, kubelet string, req *pluginapi.RegisterRequest) (os.FileInfo, error) {
+	info, err := os.Lstat(kubelet)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet socket: %w", err)
+	}
+	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	if _, err := pluginapi.NewRegistrationClient(conn).Register(ctx, req); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// addStream and removeStream track open ListAndWatch streams.
+func (s *server) addStream() *stream {
+	st := &stream{notify: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	return st
+}
+
+func (s *server) removeStream(st *stream) {
+	s.mu.Lock()
+	delete(s.streams, st)
+	s.wakeWaitersLocked()
+	s.mu.Unlock()
+}
+
+func (s *server) wakeWaitersLocked() {
+	close(s.progress)
+	s.progress = make(chan struct{})
+}
+
+// next returns the list a stream still has to send, if any.
+func (s *server) next(st *stream) (*pluginapi.ListAndWatchResponse, uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.version > st.sent {
+		return s.resp, s.version, true
+	}
+	return nil, 0, false
+}
+
+func (s *server) markSent(st *stream, version uint64) {
+	s.mu.Lock()
+	st.sent = version
+	s.wakeWaitersLocked()
+	s.mu.Unlock()
+}
+
+// waitDelivered waits until each of the streams has sent a list of at least
+// version, or has ended.
+func (s *server) waitDelivered(ctx context.Context, streams []*stream, version uint64) error {
+	for {
+		s.mu.Lock()
+		pending := 0
+		for _, st := range streams {
+			if _, open := s.streams[st]; open && st.sent < version {
+				pending++
+			}
+		}
+		progress := s.progress
+		s.mu.Unlock()
+		if pending == 0 {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return fmt.Errorf("resource %s: %d ListAndWatch stream(s) not yet sent the list: %w", s.resource, pending, ctx.Err())
+		}
+	}
+}
+
+// GetDevicePluginOptions tells the kubelet that GetPreferredAllocation is
+// available and PreStartContainer is not needed.
+func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+// ListAndWatch sends the resource's device list now and again after every
+// change, until the kubelet goes away or the server stops.
+func (s *server) ListAndWatch(_ *pluginapi.Empty, ss pluginapi.DevicePlugin_ListAndWatchServer) error {
+	st := s.addStream()
+	defer s.removeStream(st)
+	for {
+		if resp, v, ok := s.next(st); ok {
+			if err := ss.Send(resp); err != nil {
+				return fmt.Errorf("ListAndWatch %s: send: %w", s.resource, err)
+			}
+			s.markSent(st, v)
+			continue
+		}
+		select {
+		case <-st.notify:
+		case <-ss.Context().Done():
+			return nil
+		}
+	}
+}
+
+// PreStartContainer is not required; it does nothing.
+func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// snapshot returns the advertised devices and whether the resource is
+// shared.
+func (s *server) snapshot() (map[string]timeslice.Device, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.known, s.shared
+}
+
+// listed returns a copy of what ListAndWatch advertises now.
+func (s *server) listed() []AdvertisedDevice {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]AdvertisedDevice, len(s.adv))
+	for i, a := range s.adv {
+		out[i] = AdvertisedDevice{ID: a.id, Healthy: a.healthy, NUMANode: a.numa}
+	}
+	return out
+}
