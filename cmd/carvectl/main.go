@@ -1,0 +1,68 @@
+// Command carvectl is carve's operator CLI: it validates profile files,
+// shows what the agent would do to a node's GPUs, and when each profile is in
+// force. See shared/spec.md and docs/profiles.md.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `carvectl — the operator's CLI for carve
+
+Usage:
+  carvectl validate -f profiles.yaml [--gpus sim:<machine>|nvml]
+  carvectl plan     -f profiles.yaml --profile NAME --gpus sim:<machine>|nvml [--from STATE.json] [-o table|json]
+  carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d]
+
+Simulated machines: sim:dgx-a100, sim:dgx-a100-80, sim:dgx-h100, sim:hgx-h200,
+sim:a30x4, or a list such as sim:h100-80gb*2,a100-40gb*1.
+
+Run 'carvectl COMMAND -h' for a command's flags.
+`
+
+// exitError carries a process exit code; its message has been printed.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one carvectl command and returns the process exit code:
+// 0 success, 1 a problem found (invalid profile, impossible plan), 2 bad
+// usage or an error running the command.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "validate":
+		err = runValidate(args[1:], stdout, stderr)
+	case "plan":
+		err = runPlan(args[1:], stdout, stderr)
+	case "windows":
+		err = runWindows(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "carvectl: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	default:
+		fmt.Fprintf(stderr, "carvectl %s: %v\n", args[0], err)
+		return 2
+	}
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+)
+
+const example = "../../configs/examples/profiles.yaml"
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "profiles.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func carvectl(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+const broken = `version: v1
+defaultProfile: nope
+profiles:
+  p:
+    - gpus: all
+      model: H100-80GB
+      mig: {3g.40gb: 2, 1g.10gb: 1}
+      timeslicing: {replicas: 2}
+windows:
+  - name: w
+    schedule: "0 25 * * *"
+    duration: 1h
+    profile: p
+`
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		wantCode  int
+		wantLines []string
+	}{
+		{"example without GPUs", []string{"validate", "-f", example}, 0, []string{"profiles.yaml: valid: "}},
+		{"example on a DGX H100", []string{"validate", "-f", example, "--gpus", "sim:dgx-h100"}, 0, []string{"checked against 8x NVIDIA H100 80GB HBM3"}},
+		{"example on 4 A30s: split names GPUs 4-7", []string{"validate", "-f", example, "--gpus", "sim:a30x4"}, 1, []string{"profiles.yaml: profiles.split[1].gpus: GPUs 4-7 are not on this node (it has GPUs 0-3)"}},
+		{"broken file: every problem, one line each", []string{"validate", "-f", "BROKEN"}, 1, []string{
+			"profiles.yaml: defaultProfile: ",
+			"profiles.yaml: profiles.p[0].timeslicing: unknown field",
+			"profiles.yaml: windows[0].schedule: ",
+		}},
+		{"missing file flag", []string{"validate"}, 2, nil},
+		{"bad machine", []string{"validate", "-f", example, "--gpus", "sim:dgx-z9"}, 2, nil},
+	}
+	brokenPath := writeFile(t, broken)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i, a := range tt.args {
+				if a == "BROKEN" {
+					tt.args[i] = brokenPath
+				}
+			}
+			code, out, errOut := carvectl(tt.args...)
+			if code != tt.wantCode {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.wantCode, out, errOut)
+			}
+			for _, want := range tt.wantLines {
+				if !strings.Contains(out, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateGeometryOnNode(t *testing.T) {
+	// 1g.10gb x7 fits an H100 but not an A100-40GB, where 1g.10gb takes
+	// two memory slices.
+	p := writeFile(t, "version: v1\nprofiles:\n  p:\n    - gpus: all\n      mig: {1g.10gb: 7}\n")
+	if code, out, _ := carvectl("validate", "-f", p, "--gpus", "sim:dgx-h100"); code != 0 {
+		t.Fatalf("H100: exit %d: %s", code, out)
+	}
+	code, out, _ := carvectl("validate", "-f", p, "--gpus", "sim:dgx-a100")
+	if code != 1 || !strings.Contains(out, "profiles.p[0].mig: 1g.10gb x7 cannot be placed on A100-40GB") {
+		t.Fatalf("A100: exit %d: %s", code, out)
+	}
+}
+
+func planJSON(t *testing.T, args ...string) planOutput {
+	t.Helper()
+	code, out, errOut := carvectl(append([]string{"plan", "-o", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	var po planOutput
+	if err := json.Unmarshal([]byte(out), &po); err != nil {
+		t.Fatalf("bad JSON: %v\n%s", err, out)
+	}
+	return po
+}
+
+func TestPlanJSON(t *testing.T) {
+	po := planJSON(t, "-f", example, "--profile", "all-1g", "--gpus", "sim:dgx-h100")
+	if len(po.Plan.GPUs) != 8 || !po.NeedsReset {
+		t.Fatalf("plan: %d GPUs, needsReset %v", len(po.Plan.GPUs), po.NeedsReset)
+	}
+	if got := po.Resources["nvidia.com/mig-1g.10gb"]; got != 56 {
+		t.Errorf("mig-1g.10gb = %d, want 56 (8 GPUs x 7)", got)
+	}
+	g := po.Plan.GPUs[0]
+	if g.Ops[0].Kind != partition.OpEnableMIG || g.Ops[1].Kind != partition.OpResetGPU || len(g.Instances) != 7 {
+		t.Errorf("GPU 0 plan: %+v", g)
+	}
+
+	full := planJSON(t, "-f", example, "--profile", "full", "--gpus", "sim:dgx-h100")
+	if !full.Plan.NoOp() || full.Resources["nvidia.com/gpu"] != 8 || len(full.Resources) != 1 {
+		t.Errorf("full on a fresh machine: noop %v, resources %v", full.Plan.NoOp(), full.Resources)
+	}
+}
+
+func TestPlanImpossible(t *testing.T) {
+	p := writeFile(t, "version: v1\nprofiles:\n  p:\n    - gpus: all\n      mig: {4g.24gb: 1}\n")
+	// Valid on A30s; impossible on an H100, whose profiles differ.
+	code, out, _ := carvectl("plan", "-f", p, "--profile", "p", "--gpus", "sim:dgx-h100")
+	if code != 1 || !strings.Contains(out, "4g.24gb") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	code, out, _ = carvectl("plan", "-f", example, "--profile", "nope", "--gpus", "sim:dgx-h100")
+	if code != 1 || !strings.Contains(out, "nope") {
+		t.Fatalf("unknown profile: exit %d: %s", code, out)
+	}
+}
+
+// TestPlanFromState saves a simulator state with the balanced profile
+// applied, then plans from it: the same profile needs nothing, and another
+// keeps what it can.
+func TestPlanFromState(t *testing.T) {
+	data, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := sim.New("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Init(); err != nil {
+		t.Fatal(err)
+	}
+	node, err := partition.ReadNode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := f.Resolve("balanced", node.ConfigGPUs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := partition.PlanNode(node.GPUs, node.Models, partition.Targets(as), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap := partition.Applier{Lib: m}
+	for _, gp := range plan.GPUs {
+		if err := ap.Apply(context.Background(), gp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state := filepath.Join(t.TempDir(), "state.json")
+	if err := m.Save(state); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(state)
+
+	same := planJSON(t, "-f", example, "--profile", "balanced", "--gpus", "sim:dgx-h100", "--from", state)
+	if !same.Plan.NoOp() {
+		t.Fatalf("re-planning the applied profile: %+v", same.Plan)
+	}
+	other := planJSON(t, "-f", example, "--profile", "all-1g", "--gpus", "sim:dgx-h100", "--from", state)
+	for _, g := range other.Plan.GPUs {
+		kept := 0
+		for _, in := range g.Instances {
+			if in.Status == partition.StatusKept {
+				kept++
+			}
+		}
+		if kept != 2 || g.NeedsReset {
+			t.Errorf("GPU %d: kept %d instances (want the two 1g.10gb), needsReset %v", g.Index, kept, g.NeedsReset)
+		}
+	}
+	if after, _ := os.ReadFile(state); !bytes.Equal(before, after) {
+		t.Error("plan --from changed the state file")
+	}
+	if code, _, errOut := carvectl("plan", "-f", example, "--profile", "full", "--gpus", "sim:a30x4", "--from", state); code != 2 || !strings.Contains(errOut, "--from") {
+		t.Errorf("state of another machine: exit %d: %s", code, errOut)
+	}
+}
+
+func TestPlanTable(t *testing.T) {
+	code, out, _ := carvectl("plan", "-f", example, "--profile", "balanced", "--gpus", "sim:dgx-h100")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	for _, want := range []string{"GPU 7", "MIG disabled -> enabled (reset needed)", "create-gi 3g.40gb at 4:4", "nvidia.com/mig-3g.40gb"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestWindows(t *testing.T) {
+	p := writeFile(t, `version: v1
+defaultProfile: day
+profiles:
+  day: [{gpus: all, timeSlicing: {replicas: 4}}]
+  night: [{gpus: all}]
+windows:
+  - name: nightly
+    schedule: "0 20 * * *"
+    duration: 10h
+    timeZone: Europe/Berlin
+    nodeSelector: {pool: inference}
+    profile: night
+`)
+	code, out, errOut := carvectl("windows", "-f", p, "--node-labels", "pool=inference", "--from", "2026-11-23T12:00:00Z", "--for", "1d", "--tz", "UTC")
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	for _, want := range []string{"2026-11-23 19:00 UTC  2026-11-24 05:00 UTC  night", "nightly", "default"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("windows output lacks %q:\n%s", want, out)
+		}
+	}
+	_, out, _ = carvectl("windows", "-f", p, "--node-labels", "pool=training", "--from", "2026-11-23T12:00:00Z", "--for", "1d")
+	if strings.Contains(out, "night") {
+		t.Errorf("a node outside the selector got the window:\n%s", out)
+	}
+	if code, _, _ := carvectl("windows", "-f", p, "--for", "soon"); code != 2 {
+		t.Errorf("bad --for: exit %d", code)
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// planOutput is the `carvectl plan -o json` document; docs/plan-schema.md
+// describes it.
+type planOutput struct {
+	Profile string `json:"profile"`
+	GPUs    string `json:"gpus"`
+	// Plan holds one plan per GPU, in index order.
+	Plan partition.NodePlan `json:"plan"`
+	// Resources counts the devices that would be advertised per resource.
+	Resources map[string]int `json:"resources"`
+	// NeedsReset is true when some GPU must be reset (or the node rebooted).
+	NeedsReset bool `json:"needsReset"`
+}
+
+func runPlan(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("f", "", "profiles file (profiles.yaml)")
+	profile := fs.String("profile", "", "the profile to plan")
+	gpus := fs.String("gpus", "", "the GPUs: sim:<machine> or nvml")
+	from := fs.String("from", "", "plan from this saved simulator state (JSON) instead of a fresh machine")
+	format := fs.String("o", "table", "output: table or json")
+	if err := fs.Parse(args); err != nil {
+		return exitError{2}
+	}
+	switch {
+	case *profile == "":
+		return fmt.Errorf("--profile is required")
+	case *gpus == "":
+		return fmt.Errorf("--gpus is required (sim:<machine> or nvml)")
+	case *format != "table" && *format != "json":
+		return fmt.Errorf("-o %q: want table or json", *format)
+	}
+	f, err := loadFile(*file, stdout)
+	if err != nil {
+		return err
+	}
+	node, closeFn, err := openNode(*gpus, *from)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	// A file that is wrong anywhere is never planned, as the agent never
+	// applies it.
+	if err := f.Validate(node.Geometry(), node.ConfigGPUs()); err != nil {
+		return reportProblems(*file, err, stdout)
+	}
+	assignments, err := f.Resolve(*profile, node.ConfigGPUs())
+	if err != nil {
+		return reportProblems(*file, err, stdout)
+	}
+	plan, err := partition.PlanNode(node.GPUs, node.Models, partition.Targets(assignments), nil)
+	if err != nil {
+		fmt.Fprintf(stdout, "profile %s cannot be realised on %s:\n", *profile, *gpus)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stdout, "  %s\n", line)
+		}
+		return exitError{1}
+	}
+	res, err := timeslice.Expand(node.Predict(plan), timeslice.SharingFrom(assignments))
+	if err != nil {
+		return fmt.Errorf("resources: %w", err)
+	}
+	out := planOutput{Profile: *profile, GPUs: *gpus, Plan: plan, Resources: res.Counts(), NeedsReset: plan.NeedsReset()}
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	return writePlanTable(stdout, out, node)
+}
+
+func writePlanTable(w io.Writer, out planOutput, node partition.Node) error {
+	fmt.Fprintf(w, "Profile %q on %s (%s)\n", out.Profile, describeNode(node), out.GPUs)
+	for _, p := range out.Plan.GPUs {
+		fmt.Fprintf(w, "\nGPU %d  %s  %s  MIG %s\n", p.Index, p.Model, p.UUID, modeChange(p))
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		if len(p.Instances) > 0 {
+			fmt.Fprintln(tw, "  INSTANCE\tPLACEMENT\tSTATUS\tUUID")
+			for _, in := range p.Instances {
+				fmt.Fprintf(tw, "  %s\t%d:%d\t%s\t%s\n", in.Profile, in.Placement.Start, in.Placement.Size, in.Status, orDash(in.UUID))
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, b := range p.Blocked {
+			fmt.Fprintf(w, "  blocked by %s %s: %s\n", b.UUID, b.Profile, b.Reason)
+		}
+		ops, verb := p.Ops, "operations"
+		if p.IsBlocked() {
+			ops, verb = p.WouldDo, "operations once unblocked"
+		}
+		if len(ops) == 0 {
+			fmt.Fprintln(w, "  no operations: already as wanted")
+			continue
+		}
+		fmt.Fprintf(w, "  %s:\n", verb)
+		for i, op := range ops {
+			fmt.Fprintf(w, "    %2d. %s\n", i+1, op)
+		}
+	}
+	fmt.Fprintln(w, "\nResources advertised:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	names := make([]string, 0, len(out.Resources))
+	for name := range out.Resources {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(tw, "  %s\t%d\n", name, out.Resources[name])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if out.NeedsReset {
+		fmt.Fprintln(w, "\nSome GPUs change MIG mode: they are reset when no process holds them (or the node needs a reboot).")
+	}
+	return nil
+}
+
+// modeChange describes the MIG mode now and after the plan.
+func modeChange(p partition.GPUPlan) string {
+	want := "disabled"
+	if p.Target.MIGEnabled() {
+		want = "enabled"
+	}
+	switch {
+	case p.Mode == "unsupported":
+		return "unsupported"
+	case p.Mode == want && p.PendingMode == want:
+		return p.Mode
+	case p.NeedsReset:
+		return p.Mode + " -> " + want + " (reset needed)"
+	default:
+		return p.Mode + " -> " + want
+	}
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+)
+
+func runValidate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("f", "", "profiles file (profiles.yaml)")
+	gpus := fs.String("gpus", "", "check against these GPUs: sim:<machine> or nvml (default: every model carve knows)")
+	if err := fs.Parse(args); err != nil {
+		return exitError{2}
+	}
+	f, err := loadFile(*file, stdout)
+	if err != nil {
+		return err
+	}
+	geo := partition.NewGeometry(partition.Catalogue())
+	var node *partition.Node
+	against := "every GPU model in carve's catalogue"
+	if *gpus != "" {
+		n, closeFn, err := openNode(*gpus, "")
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		node, geo = &n, n.Geometry()
+		against = describeNode(n)
+	}
+	var cgpus []configs.GPU
+	if node != nil {
+		cgpus = node.ConfigGPUs()
+	}
+	if err := f.Validate(geo, cgpus); err != nil {
+		return reportProblems(*file, err, stdout)
+	}
+	fmt.Fprintf(stdout, "%s: valid: %s, checked against %s\n", filepath.Base(*file), summarize(f), against)
+	return nil
+}
+
+// loadFile reads and parses a profiles file; parse problems are printed one
+// per line and end the command with exit code 1.
+func loadFile(path string, stdout io.Writer) (*configs.File, error) {
+	if path == "" {
+		return nil, fmt.Errorf("-f profiles.yaml is required")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read profiles: %w", err)
+	}
+	f, err := configs.Parse(data)
+	if err != nil {
+		return nil, reportProblems(path, err, stdout)
+	}
+	return f, nil
+}
+
+// reportProblems prints one line per problem, prefixed with the file name,
+// and returns exit code 1.
+func reportProblems(path string, err error, stdout io.Writer) error {
+	var cerr *configs.Error
+	if errors.As(err, &cerr) {
+		for _, p := range cerr.Problems {
+			fmt.Fprintf(stdout, "%s: %s: %s\n", filepath.Base(path), p.Path, p.Message)
+		}
+	} else {
+		fmt.Fprintf(stdout, "%s: %v\n", filepath.Base(path), err)
+	}
+	return exitError{1}
+}
+
+func summarize(f *configs.File) string {
+	names := make([]string, 0, len(f.Profiles))
+	for name := range f.Profiles {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("%d profiles (%s), %d rules, %d windows, %d maintenance windows",
+		len(names), strings.Join(names, ", "), len(f.Rules), len(f.Windows), len(f.Maintenance))
+}
+
+// describeNode says "8x NVIDIA H100 80GB HBM3" or lists mixed models.
+func describeNode(n partition.Node) string {
+	counts := map[string]int{}
+	var order []string
+	for _, g := range n.GPUs {
+		if counts[g.Product] == 0 {
+			order = append(order, g.Product)
+		}
+		counts[g.Product]++
+	}
+	parts := make([]string, len(order))
+	for i, p := range order {
+		parts[i] = fmt.Sprintf("%dx %s", counts[p], p)
+	}
+	return strings.Join(parts, " + ")
+}

@@ -1,0 +1,72 @@
+package partition_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+)
+
+func TestGeometryModels(t *testing.T) {
+	cat := partition.Catalogue()
+	// The same model twice, as a node with identical GPUs reports it.
+	g := partition.NewGeometry(append(cat, cat[2]))
+	var _ configs.Geometry = g
+	models := g.Models()
+	if len(models) != len(cat) {
+		t.Fatalf("%d models, want %d (duplicates counted once)", len(models), len(cat))
+	}
+	for i, m := range models {
+		if m.Key != cat[i].Key || m.Product != cat[i].Product {
+			t.Errorf("model %d = %s/%s, want %s/%s", i, m.Key, m.Product, cat[i].Key, cat[i].Product)
+		}
+		if strings.Join(m.Profiles, ",") != strings.Join(cat[i].ProfileNames(), ",") {
+			t.Errorf("%s profiles %v, want %v", m.Key, m.Profiles, cat[i].ProfileNames())
+		}
+	}
+	// Changing the caller's slice later does not change the geometry.
+	cat[0].Profiles[0].Name = "changed"
+	if got := g.Models()[0].Profiles[0]; got == "changed" {
+		t.Errorf("geometry shares the caller's profiles")
+	}
+}
+
+func TestGeometryFit(t *testing.T) {
+	g := partition.NewGeometry(partition.Catalogue())
+	tests := []struct {
+		name    string
+		model   string
+		counts  map[string]int
+		wantErr error
+		words   string
+	}{
+		{name: "fits", model: "H100-80GB", counts: map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+		{name: "model key ignores case", model: "h100-80gb", counts: map[string]int{"7g.80gb": 1}},
+		{name: "empty fits", model: "A30-24GB", counts: nil},
+		{name: "too many", model: "H100-80GB", counts: map[string]int{"1g.10gb": 8}, wantErr: partition.ErrCannotPlace, words: "1g.10gb x8: at most 7 fit on H100-80GB"},
+		{name: "memory", model: "A100-40GB", counts: map[string]int{"3g.20gb": 2, "1g.5gb": 1}, wantErr: partition.ErrCannotPlace, words: "3g.20gb x2 cover all 8 memory slices"},
+		{name: "unknown model", model: "B200-180GB", counts: map[string]int{"1g.23gb": 1}, wantErr: partition.ErrUnknownModel, words: `unknown GPU model "B200-180GB" (known: A100-40GB, A100-80GB, H100-80GB, H200-141GB, A30-24GB)`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := g.Fit(tc.model, tc.counts)
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("Fit: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Fit error %v, want one wrapping %v", err, tc.wantErr)
+			}
+			if tc.words != "" && !strings.Contains(err.Error(), tc.words) {
+				t.Errorf("Fit error %q lacks %q", err, tc.words)
+			}
+		})
+	}
+	if err := partition.NewGeometry(nil).Fit("H100-80GB", nil); !errors.Is(err, partition.ErrUnknownModel) || !strings.Contains(err.Error(), "known: none") {
+		t.Errorf("empty geometry: %v", err)
+	}
+}

@@ -1,0 +1,125 @@
+package partition
+
+import (
+	"fmt"
+
+	"github.com/carve-dev/carve/configs"
+)
+
+// Node is a snapshot of a node's GPUs together with the MIG geometry of
+// each MIG-capable GPU: what the planner, validation and carvectl need.
+type Node struct {
+	GPUs []GPU
+	// Models holds the geometry of each MIG-capable GPU, by GPU index.
+	Models map[int]Model
+}
+
+// ReadNode reads every GPU and its model geometry (from the device when
+// MIG is on, else from the catalogue; see ResolveModel). A MIG-capable GPU
+// whose model is unknown gets no entry in Models: profiles that ask for MIG
+// on it fail validation with a clear message instead of failing here.
+func ReadNode(lib NVML) (Node, error) {
+	gpus, err := ReadInventory(lib)
+	if err != nil {
+		return Node{}, err
+	}
+	n := Node{GPUs: gpus, Models: make(map[int]Model, len(gpus))}
+	for _, g := range gpus {
+		if !g.MIGCapable {
+			continue
+		}
+		d, err := lib.Device(g.Index)
+		if err != nil {
+			return Node{}, fmt.Errorf("GPU %d: %w", g.Index, err)
+		}
+		if m, err := ResolveModel(d, g); err == nil {
+			n.Models[g.Index] = m
+		}
+	}
+	return n, nil
+}
+
+// ConfigGPUs describes the GPUs as profile validation and resolution see
+// them.
+func (n Node) ConfigGPUs() []configs.GPU {
+	out := make([]configs.GPU, len(n.GPUs))
+	for i, g := range n.GPUs {
+		out[i] = configs.GPU{Index: g.Index, Model: g.Model, Product: g.Product, MIGCapable: g.MIGCapable}
+		if m, ok := n.Models[g.Index]; ok {
+			out[i].Model = m.Key
+		}
+	}
+	return out
+}
+
+// Geometry returns a configs.Geometry over the node's distinct models.
+func (n Node) Geometry() *Geometry {
+	seen := map[string]bool{}
+	var models []Model
+	for _, g := range n.GPUs {
+		m, ok := n.Models[g.Index]
+		if ok && !seen[m.Key] {
+			seen[m.Key] = true
+			models = append(models, m)
+		}
+	}
+	return NewGeometry(models)
+}
+
+// Targets turns a resolved profile into planner targets by GPU index.
+func Targets(as []configs.Assignment) map[int]Target {
+	t := make(map[int]Target, len(as))
+	for _, a := range as {
+		t[a.GPU] = Target{MIG: a.MIG}
+	}
+	return t
+}
+
+// Predict returns the node's GPUs as they will be once the plan has run:
+// a GPU whose plan is blocked stays as it is. New MIG instances get a
+// placeholder device UUID ("MIG-new-<gpu>-<start>"), since NVML assigns the
+// real one at creation; kept instances keep theirs.
+func (n Node) Predict(p NodePlan) []GPU {
+	plans := make(map[int]GPUPlan, len(p.GPUs))
+	for _, gp := range p.GPUs {
+		plans[gp.Index] = gp
+	}
+	out := make([]GPU, len(n.GPUs))
+	for i, g := range n.GPUs {
+		gp, ok := plans[g.Index]
+		if !ok || gp.IsBlocked() {
+			out[i] = g
+			continue
+		}
+		out[i] = predictGPU(g, n.Models[g.Index], gp)
+	}
+	return out
+}
+
+func predictGPU(g GPU, m Model, p GPUPlan) GPU {
+	out := g
+	out.Instances = nil
+	if !p.Target.MIGEnabled() || !g.MIGCapable {
+		out.MIGMode, out.PendingMIGMode = MIGDisabled, MIGDisabled
+		return out
+	}
+	out.MIGMode, out.PendingMIGMode = MIGEnabled, MIGEnabled
+	existing := make(map[int]Instance, len(g.Instances))
+	for _, in := range g.Instances {
+		existing[in.GIID] = in
+	}
+	for _, pi := range p.Instances {
+		if in, ok := existing[pi.GIID]; ok && pi.Status == StatusKept {
+			out.Instances = append(out.Instances, in)
+			continue
+		}
+		prof, _ := m.ProfileByID(pi.ProfileID)
+		out.Instances = append(out.Instances, Instance{
+			GIID: pi.GIID, ProfileID: pi.ProfileID, Profile: pi.Profile, Placement: pi.Placement,
+			ComputeSlices: prof.ComputeSlices, MemoryMiB: prof.MemoryMiB,
+			CIs: []ComputeInstance{{GIID: pi.GIID, ComputeSlices: prof.ComputeSlices,
+				UUID: fmt.Sprintf("MIG-new-%d-%d", g.Index, pi.Placement.Start)}},
+		})
+	}
+	return out
+}
