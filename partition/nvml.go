@@ -335,33 +335,26 @@ func (d *nvmlDevice) err(ret nvml.Return, format string, args ...any) error {
 // Index is the GPU's NVML index.
 func (d *nvmlDevice) Index() int { return d.index }
 
-// UUID returns the GPU's UUID.
-func (d *nvmlDevice) UUID() (string, error) {
-	release, err := d.enter("UUID")
+// nvmlGet runs one NVML getter on the device, inside enter/release.
+func nvmlGet[T any](d *nvmlDevice, what string, get func() (T, nvml.Return)) (T, error) {
+	var zero T
+	release, err := d.enter(what)
 	if err != nil {
-		return "", err
+		return zero, err
 	}
 	defer release()
-	uuid, ret := d.dev.GetUUID()
+	v, ret := get()
 	if ret != nvml.SUCCESS {
-		return "", d.err(ret, "UUID")
+		return zero, d.err(ret, "%s", what)
 	}
-	return uuid, nil
+	return v, nil
 }
 
+// UUID returns the GPU's UUID.
+func (d *nvmlDevice) UUID() (string, error) { return nvmlGet(d, "UUID", d.dev.GetUUID) }
+
 // Name returns the product name.
-func (d *nvmlDevice) Name() (string, error) {
-	release, err := d.enter("name")
-	if err != nil {
-		return "", err
-	}
-	defer release()
-	name, ret := d.dev.GetName()
-	if ret != nvml.SUCCESS {
-		return "", d.err(ret, "name")
-	}
-	return name, nil
-}
+func (d *nvmlDevice) Name() (string, error) { return nvmlGet(d, "name", d.dev.GetName) }
 
 // PCIBusID returns the PCI bus ID, e.g. "00000000:07:00.0".
 func (d *nvmlDevice) PCIBusID() (string, error) {
