@@ -1,0 +1,177 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// E2EEnv is the environment variable that controls end-to-end tests:
+// "0" skips them; "1" makes a missing prerequisite (root) a failure instead of
+// a skip; unset runs them when possible and skips otherwise.
+const E2EEnv = "CARVE_E2E"
+
+// SkipReason returns why end-to-end tests cannot run here ("" when they
+// can), and whether that should fail rather than skip them.
+func SkipReason() (reason string, fail bool) {
+	switch os.Getenv(E2EEnv) {
+	case "0", "false", "no":
+		return E2EEnv + "=0: end-to-end tests disabled", false
+	case "1", "true", "yes":
+		if err := Available(); err != nil {
+			return fmt.Sprintf("%s=1 but: %v", E2EEnv, err), true
+		}
+		return "", false
+	}
+	if err := Available(); err != nil {
+		return fmt.Sprintf("skipping end-to-end test: %v (run as root, e.g. `sudo -E make test`; %s=0 skips quietly)", err, E2EEnv), false
+	}
+	return "", false
+}
+
+// ForTest starts a cluster for one test and stops it when the test ends,
+// printing the tail of every component log if the test failed. It skips the
+// test when SkipReason says so, or in -short mode. Progress goes to the test
+// log. A SIGINT or SIGTERM stops the cluster before the process exits.
+func ForTest(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	skipUnlessPossible(t)
+	lw := &testLogWriter{t: t}
+	if opts.Log == nil {
+		opts.Log = lw
+	}
+	opts.HandleSignals = true
+	if os.Getenv("CARVE_E2E_KEEP") != "" {
+		opts.KeepDir = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startBudget())
+	defer cancel()
+	c, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			var b strings.Builder
+			c.DumpLogs(&b, 40)
+			t.Logf("component logs (test failed):\n%s", b.String())
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+		lw.close()
+	})
+	return c
+}
+
+// skipUnlessPossible skips (or fails) t when end-to-end tests cannot run.
+func skipUnlessPossible(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	if reason, fail := SkipReason(); reason != "" {
+		if fail {
+			t.Fatal(reason)
+		}
+		t.Skip(reason)
+	}
+}
+
+// startBudget bounds Start in tests: installing packages and a cold build
+// of the Kubernetes binaries can take 15 minutes on a busy 2-core machine.
+func startBudget() time.Duration {
+	if v := os.Getenv("CARVE_E2E_START_TIMEOUT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return 30 * time.Minute
+}
+
+// Suite shares one cluster among the tests of a package: the cluster starts
+// with the first test that asks for it and stops when Run returns. Use it
+// from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(suite.Run(m)) }
+//	var suite = cluster.NewSuite(cluster.Options{NodeName: "gpu-node"})
+//	func TestX(t *testing.T) { c := suite.Cluster(t); ... }
+type Suite struct {
+	opts Options
+
+	once sync.Once
+	c    *Cluster
+	err  error
+}
+
+// NewSuite returns a Suite that starts its cluster with opts.
+func NewSuite(opts Options) *Suite { return &Suite{opts: opts} }
+
+// Cluster returns the suite's cluster, starting it on first use. It skips t
+// like ForTest, and fails t when the cluster could not start. Tests must
+// leave the cluster as they found it (delete their pods and objects).
+func (s *Suite) Cluster(t testing.TB) *Cluster {
+	t.Helper()
+	skipUnlessPossible(t)
+	s.once.Do(func() {
+		opts := s.opts
+		if opts.Log == nil {
+			opts.Log = os.Stderr
+		}
+		opts.HandleSignals = true
+		if os.Getenv("CARVE_E2E_KEEP") != "" {
+			opts.KeepDir = true
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), startBudget())
+		defer cancel()
+		s.c, s.err = Start(ctx, opts)
+	})
+	if s.err != nil {
+		t.Fatalf("start cluster: %v", s.err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			var b strings.Builder
+			s.c.DumpLogs(&b, 40)
+			t.Logf("component logs (test failed):\n%s", b.String())
+		}
+	})
+	return s.c
+}
+
+// Run runs the tests and then stops the cluster if one was started. It
+// returns the exit code for os.Exit.
+func (s *Suite) Run(m *testing.M) int {
+	code := m.Run()
+	if s.c != nil {
+		if err := s.c.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stop cluster: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+// testLogWriter sends progress lines to t.Log until the test is over, and
+// to stderr after that (t.Log then panics).
+type testLogWriter struct {
+	t      testing.TB
+	closed atomic.Bool
+}
+
+func (w *testLogWriter) Write(b []byte) (int, error) {
+	if w.closed.Load() {
+		return os.Stderr.Write(b)
+	}
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func (w *testLogWriter) close() { w.closed.Store(true) }

@@ -1,0 +1,278 @@
+package cluster
+
+// Tests of the pieces that need neither root nor a cluster; they run
+// everywhere, also where TestCluster skips.
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestDockerArchive(t *testing.T) {
+	archive, err := dockerArchive([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(archive))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = data
+	}
+	var manifest []struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
+	}
+	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	if len(manifest) != 1 || len(manifest[0].RepoTags) != 1 || manifest[0].RepoTags[0] != BusyboxImage || len(manifest[0].Layers) != 1 {
+		t.Fatalf("manifest = %+v", manifest)
+	}
+	var config struct {
+		Architecture string
+		OS           string
+		Config       struct{ Cmd []string }
+		RootFS       struct {
+			DiffIDs []string `json:"diff_ids"`
+		} `json:"rootfs"`
+	}
+	if err := json.Unmarshal(files[manifest[0].Config], &config); err != nil {
+		t.Fatalf("config %s: %v", manifest[0].Config, err)
+	}
+	cfgSum := sha256.Sum256(files[manifest[0].Config])
+	if want := hex.EncodeToString(cfgSum[:]) + ".json"; manifest[0].Config != want {
+		t.Errorf("config file %s, want its digest %s", manifest[0].Config, want)
+	}
+	layer := files[manifest[0].Layers[0]]
+	sum := sha256.Sum256(layer)
+	if len(config.RootFS.DiffIDs) != 1 || config.RootFS.DiffIDs[0] != "sha256:"+hex.EncodeToString(sum[:]) {
+		t.Errorf("diff_ids %v do not match the layer digest %x", config.RootFS.DiffIDs, sum)
+	}
+	if config.OS != "linux" || config.Architecture == "" || len(config.Config.Cmd) == 0 {
+		t.Errorf("config = %+v", config)
+	}
+
+	entries := map[string]*tar.Header{}
+	lr := tar.NewReader(bytes.NewReader(layer))
+	for {
+		h, err := lr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries[h.Name] = h
+	}
+	if h := entries["bin/busybox"]; h == nil || h.Mode&0o111 == 0 {
+		t.Errorf("bin/busybox missing or not executable: %+v", h)
+	}
+	for _, a := range []string{"sh", "sleep", "cat"} {
+		if h := entries["bin/"+a]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "busybox" {
+			t.Errorf("bin/%s is not a symlink to busybox: %+v", a, h)
+		}
+	}
+	for _, d := range []string{"dev/", "proc/", "sys/", "tmp/", "etc/"} {
+		if entries[d] == nil {
+			t.Errorf("layer lacks %s", d)
+		}
+	}
+
+	again, err := dockerArchive([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(archive, again) {
+		t.Error("the archive is not reproducible")
+	}
+}
+
+func TestLockSerializesAndRecordsHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lock")
+	ctx := context.Background()
+	l1, prev, err := acquireLock(ctx, path, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev.PID != 0 {
+		t.Errorf("fresh lock has a previous holder: %+v", prev)
+	}
+	rec := lockRecord{PID: os.Getpid(), Dir: "/tmp/x", NodeName: "n", Owner: "test", Started: time.Now()}
+	rec.PIDStart, _ = procStartTime(os.Getpid())
+	if err := l1.write(rec); err != nil {
+		t.Fatal(err)
+	}
+	info, ok, err := Current(path)
+	if err != nil || !ok || !info.Running || info.Dir != "/tmp/x" || info.NodeName != "n" {
+		t.Fatalf("Current = %+v, %v, %v", info, ok, err)
+	}
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	var waited []string
+	if _, _, err := acquireLock(short, path, func(f string, a ...any) { waited = append(waited, f) }); err == nil {
+		t.Fatal("second acquire succeeded while the lock was held")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second acquire: %v, want a deadline error", err)
+	}
+	if len(waited) != 1 {
+		t.Errorf("waiting was reported %d times, want once", len(waited))
+	}
+
+	// A holder that dies without releasing leaves its record to the next.
+	if err := l1.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2, prev, err := acquireLock(ctx, path, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev.Dir != "/tmp/x" {
+		t.Errorf("previous record = %+v, want the dead holder's", prev)
+	}
+	if err := l2.release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := Current(path); ok || err != nil {
+		t.Errorf("after release Current reports a cluster (%v, %v)", ok, err)
+	}
+}
+
+func TestUnescapeMountPath(t *testing.T) {
+	for in, want := range map[string]string{
+		`/tmp/a\040b`:  "/tmp/a b",
+		`/tmp/plain`:   "/tmp/plain",
+		`/x\011y\134z`: "/x\ty\\z",
+	} {
+		if got := unescapeMountPath(in); got != want {
+			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWithin(t *testing.T) {
+	if !within("/tmp/c/kubelet/pods", "/tmp/c") || !within("/tmp/c", "/tmp/c") {
+		t.Error("paths below the root not recognised")
+	}
+	if within("/tmp/cc", "/tmp/c") || within("/tmp", "/tmp/c") {
+		t.Error("paths beside or above the root taken as below it")
+	}
+}
+
+func TestRemoveTreeRefusesForeignDirectories(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "precious"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeTree(dir); err == nil {
+		t.Fatal("removeTree removed a directory without the marker")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "precious")); err != nil {
+		t.Fatalf("file gone: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, markerFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeTree(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("marked directory not removed: %v", err)
+	}
+}
+
+func TestKubeletConfig(t *testing.T) {
+	p := newPaths("/tmp/c")
+	data, err := kubeletConfig(p, ports{kubelet: 1234, kubeletHealthz: 1235}, "/carve-cluster-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]any{
+		"kind":                     "KubeletConfiguration",
+		"address":                  "127.0.0.1",
+		"healthzBindAddress":       "127.0.0.1",
+		"cgroupDriver":             "cgroupfs",
+		"cgroupRoot":               "/carve-cluster-x",
+		"failCgroupV1":             false,
+		"failSwapOn":               false,
+		"containerRuntimeEndpoint": "unix:///tmp/c/run/containerd.sock",
+		"port":                     float64(1234),
+	} {
+		if m[k] != want {
+			t.Errorf("%s = %v, want %v", k, m[k], want)
+		}
+	}
+	if _, ok := m["readOnlyPort"]; ok {
+		t.Errorf("readOnlyPort set: %v", m["readOnlyPort"])
+	}
+}
+
+func TestContainerdConfig(t *testing.T) {
+	cfg := containerdConfig(newPaths("/tmp/c"), "/usr/lib/cni")
+	for _, want := range []string{
+		`restrict_oom_score_adj = true`,
+		`sandbox_image = "` + BusyboxImage + `"`,
+		`address = "/tmp/c/run/containerd.sock"`,
+		`root = "/tmp/c/containerd/root"`,
+		`bin_dir = "/usr/lib/cni"`,
+	} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("containerd config lacks %q", want)
+		}
+	}
+}
+
+func TestBuildLDFlags(t *testing.T) {
+	f := buildLDFlags()
+	for _, want := range []string{"-s -w", "k8s.io/component-base/version.gitVersion=" + KubernetesVersion, "k8s.io/component-base/version.gitMinor=34"} {
+		if !strings.Contains(f, want) {
+			t.Errorf("ldflags %q lack %q", f, want)
+		}
+	}
+}
+
+func TestKubernetesVersionMatchesGoMod(t *testing.T) {
+	data, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Skipf("go.mod not readable: %v", err)
+	}
+	mod := string(data)
+	if !strings.Contains(mod, "k8s.io/kubernetes "+KubernetesVersion) {
+		t.Errorf("test/go.mod does not require k8s.io/kubernetes %s", KubernetesVersion)
+	}
+	staging := "v0" + strings.TrimPrefix(KubernetesVersion, "v1")
+	for _, m := range []string{"k8s.io/api", "k8s.io/client-go", "k8s.io/kubelet", "k8s.io/apiserver"} {
+		if !strings.Contains(mod, m+" => "+m+" "+staging) {
+			t.Errorf("test/go.mod does not pin %s to %s", m, staging)
+		}
+	}
+}
