@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
+	mig := h100(1, "GPU-b")
+	mig.MIGMode, mig.PendingMIGMode = partition.MIGEnabled, partition.MIGEnabled
+	mig.Instances = []partition.Instance{
+		migInstance(3, 4, 4, "3g.40gb", "MIG-3", 3, 40448),
+		migInstance(1, 0, 1, "1g.10gb", "MIG-1", 1, 9984),
+	}
+	whole := h100(0, "GPU-a")
+	whole.PendingMIGMode = partition.MIGEnabled
+	gpus := []partition.GPU{mig, whole}
+	sharing := map[int]timeslice.Sharing{
+		0: {Replicas: 3, RenameShared: true},
+		1: {Replicas: 1, MIGReplicas: map[string]int{"1g.10gb": 2}},
+	}
+	res, err := timeslice.Expand(gpus, sharing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := GPURecords(gpus, res, sharing)
+	want := []GPURecord{
+		{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "disabled", PendingMIGMode: "enabled", Replicas: 3, RenameShared: true},
+		{Index: 1, UUID: "GPU-b", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{
+			{Profile: "1g.10gb", Placement: partition.Placement{Start: 0, Size: 1}, GIID: 1, UUID: "MIG-1", Replicas: 2},
+			{Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, GIID: 3, UUID: "MIG-3", Replicas: 1},
+		}},
+	}
+	if !reflect.DeepEqual(recs, want) {
+		t.Fatalf("GPURecords =\n%+v\nwant\n%+v", recs, want)
+	}
+	// The sharing read back advertises the same devices.
+	back, err := timeslice.Expand(gpus, SharingFromRecords(recs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, res) {
+		t.Fatalf("resources from recovered sharing differ:\n%v\nwant\n%v", back, res)
+	}
+}
+
+func TestPartitionEncodeStable(t *testing.T) {
+	p := Partition{Profile: "balanced", ProfileHash: "abc", State: StateSuccess, Generation: 3, LastTransition: "2026-01-02T03:04:05Z",
+		GPUs: []GPURecord{{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{{Profile: "7g.80gb", GIID: 0, UUID: "MIG-x", Replicas: 1, Placement: partition.Placement{Size: 8}}}}}}
+	a, err := p.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"profile":"balanced","profileHash":"abc","state":"success","generation":3,"lastTransition":"2026-01-02T03:04:05Z","gpus":[{"index":0,"uuid":"GPU-a","model":"H100-80GB","migMode":"enabled","instances":[{"profile":"7g.80gb","placement":{"start":0,"size":8},"giID":0,"uuid":"MIG-x","replicas":1}]}]}`
+	if a != want {
+		t.Fatalf("Encode =\n%s\nwant\n%s", a, want)
+	}
+	back, err := DecodePartition(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := back.Encode()
+	if a != b {
+		t.Fatalf("decode+encode changed the bytes:\n%s\n%s", a, b)
+	}
+	if empty, _ := (Partition{}).Encode(); empty != `{"profile":"","profileHash":"","state":"","generation":0,"lastTransition":"","gpus":[]}` {
+		t.Fatalf("empty record encodes as %s", empty)
+	}
+	if _, err := DecodePartition("{not json"); err == nil {
+		t.Fatal("DecodePartition accepted bad JSON")
+	}
+}
+
+func TestNext(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.FixedZone("X", 3600))
+	t1 := t0.Add(time.Hour)
+	base := Partition{Profile: "full", State: StateSuccess, GPUs: []GPURecord{{Index: 0, UUID: "GPU-a"}}}
+	changed := base
+	changed.State = StateDraining
+	prev := Next(nil, base, t0)
+	tests := []struct {
+		name     string
+		prev     *Partition
+		next     Partition
+		now      time.Time
+		wantGen  int64
+		wantTime string
+	}{
+		{"first record", nil, base, t0, 1, "2026-01-01T09:00:00Z"},
+		{"same content keeps generation and time", &prev, base, t1, 1, "2026-01-01T09:00:00Z"},
+		{"changed content bumps", &prev, changed, t1, 2, "2026-01-01T10:00:00Z"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Next(tt.prev, tt.next, tt.now)
+			if got.Generation != tt.wantGen || got.LastTransition != tt.wantTime {
+				t.Fatalf("Next = generation %d at %s, want %d at %s", got.Generation, got.LastTransition, tt.wantGen, tt.wantTime)
+			}
+		})
+	}
+}

@@ -1,0 +1,276 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/plugin"
+)
+
+// ConfigKey is the key of the profile file in the ConfigMap.
+const ConfigKey = "profiles.yaml"
+
+// EventRecorder emits Kubernetes Events; record.EventRecorder is one.
+type EventRecorder interface {
+	Event(object runtime.Object, eventtype, reason, message string)
+}
+
+// Controller runs the Reconciler for one Node against the API server: it
+// watches only its own Node and the one profile ConfigMap (informers with
+// field selectors on their names), coalesces their changes into one queue
+// key handled by one worker, and records each Result as a minimal merge
+// patch of the Node's labels and carve.dev/partition annotation, as Events,
+// and as pod evictions when the drain policy says so.
+type Controller struct {
+	// Client talks to the API server.
+	Client kubernetes.Interface
+	// NodeName is the Node this agent owns.
+	NodeName string
+	// ConfigMapNamespace and ConfigMapName name the profile ConfigMap.
+	ConfigMapNamespace, ConfigMapName string
+	// Reconciler does the work; the Controller sets its OnApply hook.
+	Reconciler *Reconciler
+	// Events emits Events on the Node; nil emits none.
+	Events EventRecorder
+	// Metrics records reconciles; nil records none.
+	Metrics *Metrics
+	// Clock is the time profiles are selected for; default time.Now.
+	Clock func() time.Time
+	// Logger logs; default slog.Default().
+	Logger *slog.Logger
+	// Resync is the informers' resync period; 0 disables resyncs.
+	Resync time.Duration
+
+	ready atomic.Bool
+}
+
+// queueKey is the one key of the work queue: every change leads to the same
+// reconcile of the whole node.
+const queueKey = "node"
+
+// Ready reports whether the caches have synced and a reconcile has
+// finished.
+func (c *Controller) Ready() bool { return c.ready.Load() }
+
+func (c *Controller) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
+}
+
+func (c *Controller) now() time.Time {
+	if c.Clock == nil {
+		return time.Now()
+	}
+	return c.Clock()
+}
+
+// Run watches and reconciles until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	if c.NodeName == "" || c.ConfigMapName == "" || c.ConfigMapNamespace == "" {
+		return errors.New("controller: node name and ConfigMap namespace/name are required")
+	}
+	byName := func(name string) informers.SharedInformerOption {
+		return informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		})
+	}
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c.Client, c.Resync, byName(c.NodeName))
+	cmFactory := informers.NewSharedInformerFactoryWithOptions(c.Client, c.Resync, byName(c.ConfigMapName), informers.WithNamespace(c.ConfigMapNamespace))
+	nodes := nodeFactory.Core().V1().Nodes().Informer()
+	cms := cmFactory.Core().V1().ConfigMaps().Informer()
+
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 2*time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "carve-agent"})
+	defer q.ShutDown()
+	enqueue := func(any) { q.Add(queueKey) }
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			// Only labels are an input; status heartbeats are not.
+			if !ok1 || !ok2 || !maps.Equal(o.Labels, n.Labels) {
+				q.Add(queueKey)
+			}
+		},
+		DeleteFunc: enqueue,
+	}); err != nil {
+		return fmt.Errorf("controller: watch node: %w", err)
+	}
+	if _, err := cms.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, _ any) { q.Add(queueKey) }, DeleteFunc: enqueue,
+	}); err != nil {
+		return fmt.Errorf("controller: watch ConfigMap: %w", err)
+	}
+	c.Reconciler.OnApply = func(ctx context.Context, profile string, _ []partition.GPUPlan) {
+		c.patchState(ctx, StateApplying)
+	}
+	nodeFactory.Start(ctx.Done())
+	cmFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
+	defer cmFactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, cms.HasSynced) {
+		return fmt.Errorf("controller: caches did not sync: %w", ctx.Err())
+	}
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	q.Add(queueKey)
+	for c.next(ctx, q, nodes.GetStore(), cms.GetStore()) {
+	}
+	return nil
+}
+
+// next handles one queue item; false when the queue is shut down.
+func (c *Controller) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], nodes, cms cache.Store) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	requeue, err := c.sync(ctx, nodes, cms)
+	if err != nil {
+		c.logger().Error("reconcile failed; retrying", "err", err, "retries", q.NumRequeues(key))
+		q.AddRateLimited(key)
+		return true
+	}
+	q.Forget(key)
+	c.ready.Store(true)
+	if !requeue.IsZero() {
+		q.AddAfter(key, max(requeue.Sub(c.now()), 0))
+	}
+	return true
+}
+
+// sync runs one reconcile and records it; it returns when to run again.
+func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Time, error) {
+	obj, ok, err := nodes.GetByKey(c.NodeName)
+	if err != nil || !ok {
+		return time.Time{}, fmt.Errorf("node %s not in the cache (err %v)", c.NodeName, err)
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return time.Time{}, fmt.Errorf("node %s: unexpected object %T", c.NodeName, obj)
+	}
+	in := Input{Labels: node.Labels, Now: c.now()}
+	in.Config, in.ConfigErr = c.loadConfig(cms)
+	if s, ok := node.Annotations[AnnotationPartition]; ok {
+		if p, err := DecodePartition(s); err == nil {
+			in.Previous = &p
+		} else {
+			c.logger().Warn("ignoring an unreadable annotation", "annotation", AnnotationPartition, "err", err)
+		}
+	}
+	res, err := c.Reconciler.Reconcile(ctx, in)
+	c.Metrics.observe(res, err)
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, ev := range res.Events {
+		c.emit(node, ev)
+	}
+	enc, err := res.Annotation.Encode()
+	if err != nil {
+		return time.Time{}, err
+	}
+	patch, err := MetadataPatch(node.Labels, res.Labels, node.Annotations, map[string]string{AnnotationPartition: enc})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if patch != nil {
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return time.Time{}, fmt.Errorf("patch node %s: %w", c.NodeName, err)
+		}
+	}
+	c.evict(ctx, node, res.Evict)
+	c.logger().Info("reconciled", "state", res.State, "profile", res.Selection.Profile, "source", res.Selection.Source,
+		"patched", patch != nil, "requeue", res.Requeue)
+	return res.Requeue, nil
+}
+
+// loadConfig reads and parses the profile file from the ConfigMap cache.
+func (c *Controller) loadConfig(cms cache.Store) (*configs.File, error) {
+	key := c.ConfigMapNamespace + "/" + c.ConfigMapName
+	obj, ok, err := cms.GetByKey(key)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("ConfigMap %s: %w", key, err)
+	case !ok:
+		return nil, fmt.Errorf("ConfigMap %s not found", key)
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s: unexpected object %T", key, obj)
+	}
+	data, ok := cm.Data[ConfigKey]
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s has no key %s", key, ConfigKey)
+	}
+	f, err := configs.Parse([]byte(data))
+	if err != nil {
+		return nil, fmt.Errorf("ConfigMap %s key %s: %w", key, ConfigKey, err)
+	}
+	return f, nil
+}
+
+func (c *Controller) emit(node *corev1.Node, ev Event) {
+	if c.Events == nil {
+		return
+	}
+	typ := corev1.EventTypeNormal
+	if ev.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	c.Events.Event(node, typ, ev.Reason, ev.Message)
+}
+
+// patchState sets carve.dev/state alone, while an apply runs.
+func (c *Controller) patchState(ctx context.Context, state string) {
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, LabelState, state)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		c.logger().Warn("could not record the state", "state", state, "err", err)
+	}
+}
+
+// evict asks the Eviction API to evict the pods holding devices a change
+// removes; PodDisruptionBudgets may refuse, and the next reconcile asks
+// again.
+func (c *Controller) evict(ctx context.Context, node *corev1.Node, holders []plugin.Assignment) {
+	seen := map[string]bool{}
+	for _, a := range holders {
+		key := a.Namespace + "/" + a.Pod
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: a.Pod}}
+		if err := c.Client.PolicyV1().Evictions(a.Namespace).Evict(ctx, ev); err != nil {
+			c.logger().Warn("eviction refused", "pod", key, "err", err)
+			c.emit(node, Event{Warning: true, Reason: ReasonEvicting, Message: fmt.Sprintf("evicting pod %s refused: %s", key, oneLine(err.Error()))})
+			continue
+		}
+		c.logger().Info("evicted", "pod", key)
+	}
+}

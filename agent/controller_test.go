@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+)
+
+// waitNode polls the fake API server until cond holds for the Node.
+func waitNode(t *testing.T, client *fake.Clientset, what string, cond func(*corev1.Node) bool) *corev1.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		n, err := client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+		if err == nil && cond(n) {
+			return n
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node never got %s; last: %+v (err %v)", what, n.GetLabels(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func TestControllerRecordsOnTheNode(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{
+		"pool": "inference", "carve.dev/profile": "balanced", "nvidia.com/mig-7g.80gb.count": "1",
+	}}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "carve-system", Name: "carve-profiles"},
+		Data: map[string]string{ConfigKey: testProfiles}}
+	client := fake.NewClientset(node, cm)
+	events := record.NewFakeRecorder(100)
+	c := &Controller{
+		Client: client, NodeName: "node-1", ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
+		Reconciler: h.r, Events: events, Logger: slog.New(slog.DiscardHandler),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	n := waitNode(t, client, "balanced applied", func(n *corev1.Node) bool {
+		return n.Labels[LabelApplied] == "balanced" && n.Labels[LabelState] == StateSuccess
+	})
+	if n.Labels["pool"] != "inference" || n.Labels["carve.dev/profile"] != "balanced" {
+		t.Fatalf("labels the agent does not own changed: %v", n.Labels)
+	}
+	if _, ok := n.Labels["nvidia.com/mig-7g.80gb.count"]; ok {
+		t.Fatal("stale owned label not removed")
+	}
+	p, err := DecodePartition(n.Annotations[AnnotationPartition])
+	if err != nil || p.Profile != "balanced" || len(p.GPUs) != 1 {
+		t.Fatalf("annotation %+v, %v", p, err)
+	}
+	select {
+	case e := <-events.Events:
+		if !strings.Contains(e, ReasonRepartitioned) {
+			t.Fatalf("event %q, want %s", e, ReasonRepartitioned)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+	}
+
+	// Replicas change in the ConfigMap: followed without a MIG operation.
+	h.m.ResetOpLog()
+	cm.Data[ConfigKey] = strings.Replace(testProfiles, "replicas: {1g.10gb: 2}", "replicas: {1g.10gb: 4}", 1)
+	if _, err := client.CoreV1().ConfigMaps("carve-system").Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, client, "1g.10gb replicas 4", func(n *corev1.Node) bool {
+		return n.Labels["nvidia.com/mig-1g.10gb.replicas"] == "4"
+	})
+	if ops := h.m.OpLog(); len(ops) != 0 {
+		t.Fatalf("replica change touched the GPUs: %v", ops)
+	}
+
+	// A broken file: failed, GPUs untouched, Warning event.
+	cm.Data[ConfigKey] = "version: v1\nprofles: {}\n"
+	if _, err := client.CoreV1().ConfigMaps("carve-system").Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNode(t, client, "state failed", func(n *corev1.Node) bool { return n.Labels[LabelState] == StateFailed })
+	if ops := h.m.OpLog(); len(ops) != 0 {
+		t.Fatalf("broken file touched the GPUs: %v", ops)
+	}
+	for {
+		select {
+		case e := <-events.Events:
+			if strings.HasPrefix(e, "Warning "+ReasonConfigRejected) {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no ConfigRejected warning")
+		}
+	}
+}

@@ -1,0 +1,899 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/plugin"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// fakeInUse is the kubelet's PodResources answer: the devices tests mark
+// busy.
+type fakeInUse struct {
+	mu    sync.Mutex
+	held  map[string]plugin.Assignment
+	calls int
+	err   error
+}
+
+func (f *fakeInUse) hold(uuid, pod string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = map[string]plugin.Assignment{}
+	}
+	f.held[uuid] = plugin.Assignment{Namespace: "default", Pod: pod, Container: "main", DeviceIDs: []string{uuid}, UUIDs: []string{uuid}}
+}
+
+func (f *fakeInUse) release(uuid string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.held, uuid)
+}
+
+func (f *fakeInUse) InUse(context.Context) (*plugin.InUse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return nil, f.err
+	}
+	out := &plugin.InUse{Assignments: []plugin.Assignment{}, UUIDs: []string{}}
+	for uuid, a := range f.held {
+		out.UUIDs = append(out.UUIDs, uuid)
+		out.Assignments = append(out.Assignments, a)
+	}
+	sort.Strings(out.UUIDs)
+	sort.Slice(out.Assignments, func(i, j int) bool { return out.Assignments[i].Pod < out.Assignments[j].Pod })
+	return out, nil
+}
+
+// fakeAdvertiser records what the reconciler advertises and withdraws.
+type fakeAdvertiser struct {
+	mu         sync.Mutex
+	current    timeslice.Resources
+	updates    int
+	withdrawn  [][]string
+	onWithdraw func(ids []string)
+	updateErr  error
+}
+
+func (f *fakeAdvertiser) Update(_ context.Context, res timeslice.Resources) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates++
+	if f.updateErr != nil {
+		return f.updateErr
+	}
+	f.current = res
+	return nil
+}
+
+func (f *fakeAdvertiser) Withdraw(_ context.Context, ids []string) error {
+	f.mu.Lock()
+	f.withdrawn = append(f.withdrawn, slices.Clone(ids))
+	hook := f.onWithdraw
+	f.mu.Unlock()
+	if hook != nil {
+		hook(ids)
+	}
+	return nil
+}
+
+func (f *fakeAdvertiser) counts() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.current.Counts()
+}
+
+// harness runs reconciles on a simulated machine as the Kubernetes side
+// will: it keeps the node's labels and annotation between reconciles.
+type harness struct {
+	t      *testing.T
+	m      *sim.Machine
+	inUse  *fakeInUse
+	adv    *fakeAdvertiser
+	r      *Reconciler
+	dir    string
+	now    time.Time
+	labels map[string]string
+	prev   *Partition
+}
+
+const testProfiles = `version: v1
+defaultProfile: full
+profiles:
+  full:
+    - gpus: all
+  shared-2:
+    - gpus: all
+      timeSlicing: {replicas: 2}
+  shared-4:
+    - gpus: all
+      timeSlicing: {replicas: 4}
+  balanced:
+    - gpus: all
+      mig: {1g.10gb: 2, 2g.20gb: 1, 3g.40gb: 1}
+      timeSlicing:
+        replicas: {1g.10gb: 2}
+  balanced-3:
+    - gpus: all
+      mig: {1g.10gb: 2, 2g.20gb: 1, 3g.40gb: 1}
+      timeSlicing:
+        replicas: {1g.10gb: 3}
+  small:
+    - gpus: all
+      mig: {1g.10gb: 7}
+  half:
+    - gpus: all
+      mig: {3g.40gb: 1}
+  half-plus:
+    - gpus: all
+      mig: {3g.40gb: 1, 1g.10gb: 3}
+`
+
+func newHarness(t *testing.T, spec string) *harness {
+	t.Helper()
+	m, err := sim.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Init(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Shutdown() })
+	h := &harness{
+		t: t, m: m, inUse: &fakeInUse{}, adv: &fakeAdvertiser{},
+		dir:    t.TempDir(),
+		now:    time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC), // a Monday
+		labels: map[string]string{"kubernetes.io/hostname": "node-1"},
+	}
+	h.r = h.newReconciler()
+	return h
+}
+
+// newReconciler is a reconciler as a freshly started agent has it.
+func (h *harness) newReconciler() *Reconciler {
+	return &Reconciler{Lib: h.m, InUse: h.inUse, Devices: h.adv, Checkpoints: &Checkpoints{Dir: h.dir}, DrainRetry: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+}
+
+func (h *harness) parse(yaml string) *configs.File {
+	h.t.Helper()
+	f, err := configs.Parse([]byte(yaml))
+	if err != nil {
+		h.t.Fatalf("parse test profiles: %v", err)
+	}
+	return f
+}
+
+// reconcile runs one reconcile with the profile pinned by label (or none)
+// and records the result on the harness's node.
+func (h *harness) reconcile(f *configs.File, cfgErr error, profile string) Result {
+	h.t.Helper()
+	if profile == "" {
+		delete(h.labels, configs.LabelProfile)
+	} else {
+		h.labels[configs.LabelProfile] = profile
+	}
+	res, err := h.r.Reconcile(context.Background(), Input{Config: f, ConfigErr: cfgErr, Labels: h.labels, Now: h.now, Previous: h.prev})
+	if err != nil {
+		h.t.Fatalf("Reconcile: %v", err)
+	}
+	h.record(res)
+	return res
+}
+
+// record applies the result's labels and annotation as the Kubernetes side
+// will, through MetadataPatch's semantics.
+func (h *harness) record(res Result) {
+	h.t.Helper()
+	for k := range h.labels {
+		if Owned(k) {
+			if _, keep := res.Labels[k]; !keep {
+				delete(h.labels, k)
+			}
+		}
+	}
+	for k, v := range res.Labels {
+		h.labels[k] = v
+	}
+	a := res.Annotation
+	h.prev = &a
+}
+
+func (h *harness) gpus() []partition.GPU {
+	h.t.Helper()
+	gpus, err := partition.ReadInventory(h.m)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return gpus
+}
+
+// layout describes the MIG instances of every GPU, e.g.
+// "0:[1g.10gb@0 1g.10gb@1 2g.20gb@2 3g.40gb@4] 1:whole".
+func layout(gpus []partition.GPU) string {
+	var parts []string
+	for _, g := range gpus {
+		if g.MIGMode != partition.MIGEnabled {
+			parts = append(parts, fmt.Sprintf("%d:whole", g.Index))
+			continue
+		}
+		var ins []string
+		for _, in := range g.Instances {
+			mark := ""
+			if !in.Complete() {
+				mark = "!"
+			}
+			ins = append(ins, fmt.Sprintf("%s@%d%s", in.Profile, in.Placement.Start, mark))
+		}
+		parts = append(parts, fmt.Sprintf("%d:[%s]", g.Index, strings.Join(ins, " ")))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (h *harness) mutations() []sim.Op { return h.m.OpLog() }
+
+func reasons(evs []Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Reason)
+	}
+	return out
+}
+
+func hasEvent(evs []Event, reason string, warning bool) bool {
+	for _, e := range evs {
+		if e.Reason == reason && e.Warning == warning {
+			return true
+		}
+	}
+	return false
+}
+
+// migUUID returns the MIG device UUID of the instance of profile on GPU gpu.
+func (h *harness) migUUID(gpu int, profile string) string {
+	h.t.Helper()
+	for _, g := range h.gpus() {
+		if g.Index != gpu {
+			continue
+		}
+		for _, in := range g.Instances {
+			if in.Profile == profile && in.Complete() {
+				return in.UUID()
+			}
+		}
+	}
+	h.t.Fatalf("GPU %d has no %s instance", gpu, profile)
+	return ""
+}
+
+func TestReconcileAppliesProfiles(t *testing.T) {
+	tests := []struct {
+		name       string
+		profile    string
+		wantLayout string
+		wantRes    map[string]int
+		wantLabels map[string]string
+	}{
+		{
+			name: "default: whole GPUs", profile: "",
+			wantLayout: "0:whole 1:whole",
+			wantRes:    map[string]int{"nvidia.com/gpu": 2},
+			wantLabels: map[string]string{LabelApplied: "full", LabelSource: "default", LabelState: "success", LabelGPUCount: "2", LabelSharingStrategy: "none", LabelGPUReplicas: "1"},
+		},
+		{
+			name: "label: balanced MIG", profile: "balanced",
+			wantLayout: "0:[2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4] 1:[2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4]",
+			wantRes:    map[string]int{"nvidia.com/mig-1g.10gb": 8, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2},
+			wantLabels: map[string]string{
+				LabelApplied: "balanced", LabelSource: "label", LabelState: "success", LabelSharingStrategy: "time-slicing",
+				"nvidia.com/mig-1g.10gb.count": "4", "nvidia.com/mig-1g.10gb.replicas": "2", "nvidia.com/mig-3g.40gb.count": "2",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*2")
+			res := h.reconcile(h.parse(testProfiles), nil, tt.profile)
+			if res.State != StateSuccess || res.Err != nil {
+				t.Fatalf("state %s, err %v", res.State, res.Err)
+			}
+			if got := layout(h.gpus()); got != tt.wantLayout {
+				t.Errorf("layout = %s, want %s", got, tt.wantLayout)
+			}
+			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(tt.wantRes) {
+				t.Errorf("advertised %v, want %v", got, tt.wantRes)
+			}
+			for k, v := range tt.wantLabels {
+				if res.Labels[k] != v {
+					t.Errorf("label %s = %q, want %q", k, res.Labels[k], v)
+				}
+			}
+			if _, ok := res.Labels[LabelWindow]; ok {
+				t.Errorf("window label outside windows")
+			}
+			if res.Annotation.Profile != res.Labels[LabelApplied] || res.Annotation.Generation != 1 || len(res.Annotation.GPUs) != 2 {
+				t.Errorf("annotation %+v", res.Annotation)
+			}
+			if in, err := (&Checkpoints{Dir: h.dir}).Load(); err != nil || in != nil {
+				t.Errorf("checkpoint left after a finished apply: %+v, %v", in, err)
+			}
+		})
+	}
+}
+
+func TestReconcileUnchangedWritesNothing(t *testing.T) {
+	h := newHarness(t, "h100-80gb*2")
+	f := h.parse(testProfiles)
+	first := h.reconcile(f, nil, "balanced")
+	firstAnn, _ := first.Annotation.Encode()
+	h.m.ResetOpLog()
+	h.now = h.now.Add(time.Hour)
+	curLabels := map[string]string{}
+	for k, v := range h.labels {
+		curLabels[k] = v
+	}
+	second := h.reconcile(f, nil, "balanced")
+	secondAnn, _ := second.Annotation.Encode()
+	if firstAnn != secondAnn {
+		t.Fatalf("annotation changed without a change:\n%s\n%s", firstAnn, secondAnn)
+	}
+	patch, err := MetadataPatch(curLabels, second.Labels, map[string]string{AnnotationPartition: firstAnn}, map[string]string{AnnotationPartition: secondAnn})
+	if err != nil || patch != nil {
+		t.Fatalf("patch = %s, %v; want none", patch, err)
+	}
+	if ops := h.mutations(); len(ops) != 0 {
+		t.Fatalf("second reconcile touched the GPUs: %v", ops)
+	}
+	if len(second.Events) != 0 {
+		t.Fatalf("second reconcile emitted events: %v", second.Events)
+	}
+}
+
+func TestReconcileReplicaOnlyChangeTouchesNoGPU(t *testing.T) {
+	tests := []struct {
+		name, from, to string
+		wantRes        map[string]int
+	}{
+		{"whole GPUs 2 -> 4 replicas", "shared-2", "shared-4", map[string]int{"nvidia.com/gpu": 8}},
+		{"whole GPUs unshared -> shared", "full", "shared-2", map[string]int{"nvidia.com/gpu": 4}},
+		{"MIG replicas 2 -> 3", "balanced", "balanced-3", map[string]int{"nvidia.com/mig-1g.10gb": 12, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*2")
+			f := h.parse(testProfiles)
+			h.reconcile(f, nil, tt.from)
+			h.m.ResetOpLog()
+			res := h.reconcile(f, nil, tt.to)
+			if ops := h.mutations(); len(ops) != 0 {
+				t.Fatalf("replica change touched the GPUs: %v", ops)
+			}
+			if res.State != StateSuccess || res.Labels[LabelApplied] != tt.to {
+				t.Fatalf("state %s applied %q, want success %q", res.State, res.Labels[LabelApplied], tt.to)
+			}
+			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(tt.wantRes) {
+				t.Fatalf("advertised %v, want %v", got, tt.wantRes)
+			}
+			if res.Annotation.Generation != 2 {
+				t.Fatalf("annotation generation %d, want 2", res.Annotation.Generation)
+			}
+			if !hasEvent(res.Events, ReasonSharingChanged, false) {
+				t.Fatalf("events %v, want %s", reasons(res.Events), ReasonSharingChanged)
+			}
+		})
+	}
+}
+
+func TestReconcileRejectedConfigTouchesNoGPU(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		cfgErr  error
+		profile string
+		reason  string
+	}{
+		{name: "parse error", cfgErr: errors.New("profiles.yaml: line 3: unknown field \"profles\""), reason: ReasonConfigRejected},
+		{name: "impossible geometry", yaml: strings.Replace(testProfiles, "{1g.10gb: 7}", "{1g.10gb: 8}", 1), profile: "small", reason: ReasonConfigRejected},
+		{name: "label names an unknown profile", yaml: testProfiles, profile: "no-such", reason: ReasonConfigRejected},
+		{name: "GPU index the node lacks", yaml: testProfiles + "  odd:\n    - gpus: [5]\n      mig: {7g.80gb: 1}\n", profile: "odd", reason: ReasonConfigRejected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*2")
+			h.reconcile(h.parse(testProfiles), nil, "balanced")
+			before := layout(h.gpus())
+			beforeRes := h.adv.counts()
+			h.m.ResetOpLog()
+
+			var f *configs.File
+			if tt.cfgErr == nil {
+				var err error
+				if f, err = configs.Parse([]byte(tt.yaml)); err != nil {
+					t.Fatalf("test file does not parse: %v", err)
+				}
+			}
+			res := h.reconcile(f, tt.cfgErr, tt.profile)
+			if ops := h.mutations(); len(ops) != 0 {
+				t.Fatalf("rejected config touched the GPUs: %v", ops)
+			}
+			if got := layout(h.gpus()); got != before {
+				t.Fatalf("layout %s, want unchanged %s", got, before)
+			}
+			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(beforeRes) {
+				t.Fatalf("advertised %v, want unchanged %v", got, beforeRes)
+			}
+			if res.State != StateFailed || res.Labels[LabelState] != StateFailed {
+				t.Fatalf("state %s, want failed", res.State)
+			}
+			if res.Labels[LabelApplied] != "balanced" || res.Annotation.Profile != "balanced" {
+				t.Fatalf("applied %q, want the profile the node keeps", res.Labels[LabelApplied])
+			}
+			if !hasEvent(res.Events, tt.reason, true) {
+				t.Fatalf("events %v, want Warning %s", res.Events, tt.reason)
+			}
+			if res.Annotation.LastError == "" || res.Err == nil {
+				t.Fatal("no last error recorded")
+			}
+		})
+	}
+}
+
+func TestReconcileRejectedConfigAfterRestartKeepsSharing(t *testing.T) {
+	h := newHarness(t, "h100-80gb*2")
+	h.reconcile(h.parse(testProfiles), nil, "balanced")
+	want := h.adv.counts()
+	h.adv.current = nil
+	h.r = h.newReconciler() // the agent restarts with a broken file
+	h.m.ResetOpLog()
+	res := h.reconcile(nil, errors.New("bad yaml"), "balanced")
+	if res.State != StateFailed || len(h.mutations()) != 0 {
+		t.Fatalf("state %s, ops %v", res.State, h.mutations())
+	}
+	if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("advertised %v after restart, want %v (sharing from the annotation)", got, want)
+	}
+}
+
+func TestReconcileBusyDeviceDrains(t *testing.T) {
+	h := newHarness(t, "h100-80gb*2")
+	f := h.parse(testProfiles)
+	h.reconcile(f, nil, "balanced")
+	busy := h.migUUID(0, "3g.40gb")
+	if err := h.m.SetBusy(busy, true); err != nil {
+		t.Fatal(err)
+	}
+	h.inUse.hold(busy, "trainer")
+	h.m.ResetOpLog()
+
+	res := h.reconcile(f, nil, "small")
+	if res.State != StateDraining {
+		t.Fatalf("state %s, want draining (events %v)", res.State, res.Events)
+	}
+	if !hasEvent(res.Events, ReasonDraining, false) {
+		t.Fatalf("events %v, want %s", reasons(res.Events), ReasonDraining)
+	}
+	if want := h.now.Add(10 * time.Second); !res.Requeue.Equal(want) {
+		t.Fatalf("requeue %v, want %v", res.Requeue, want)
+	}
+	for _, op := range h.mutations() {
+		if op.GPU == 0 {
+			t.Fatalf("blocked GPU 0 was touched: %v", op)
+		}
+	}
+	gpus := h.gpus()
+	if got := layout(gpus[1:]); got != "1:[1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6]" {
+		t.Fatalf("the free GPU was not changed: %s", got)
+	}
+	if res.Labels[LabelApplied] != "balanced" {
+		t.Fatalf("applied %q while draining, want the old profile", res.Labels[LabelApplied])
+	}
+	// The devices the change removes from GPU 0 are no longer advertised,
+	// so no new pod lands on them; the kept 1g.10gb devices still are.
+	for _, devs := range h.adv.current {
+		for _, d := range devs {
+			if d.GPU == 0 && d.MIGProfile != "1g.10gb" {
+				t.Fatalf("device %s (%s) of the draining GPU still advertised", d.ID, d.MIGProfile)
+			}
+		}
+	}
+
+	// Still busy within the timeout: draining, no repeated event.
+	h.now = h.now.Add(10 * time.Minute)
+	res = h.reconcile(f, nil, "small")
+	if res.State != StateDraining || len(res.Events) != 0 {
+		t.Fatalf("state %s events %v, want draining and no new event", res.State, res.Events)
+	}
+
+	// Past the drain timeout: failed, nothing killed.
+	h.now = h.now.Add(25 * time.Minute)
+	res = h.reconcile(f, nil, "small")
+	if res.State != StateFailed || !hasEvent(res.Events, ReasonDrainTimeout, true) {
+		t.Fatalf("state %s events %v, want failed with %s", res.State, reasons(res.Events), ReasonDrainTimeout)
+	}
+	if h.migUUID(0, "3g.40gb") != busy {
+		t.Fatal("the busy instance was destroyed")
+	}
+
+	// The pod ends: the change completes.
+	h.inUse.release(busy)
+	if err := h.m.SetBusy(busy, false); err != nil {
+		t.Fatal(err)
+	}
+	h.now = h.now.Add(time.Minute)
+	res = h.reconcile(f, nil, "small")
+	if res.State != StateSuccess || res.Labels[LabelApplied] != "small" || !hasEvent(res.Events, ReasonRepartitioned, false) {
+		t.Fatalf("state %s applied %q events %v", res.State, res.Labels[LabelApplied], reasons(res.Events))
+	}
+	if got := h.adv.counts()["nvidia.com/mig-1g.10gb"]; got != 14 {
+		t.Fatalf("advertised %d 1g.10gb, want 14", got)
+	}
+}
+
+func TestReconcileDrainPolicies(t *testing.T) {
+	tests := []struct {
+		policy    string
+		wantState string
+		wantEvent string
+		warning   bool
+		wantEvict bool
+	}{
+		{"fail", StateFailed, ReasonBlocked, true, false},
+		{"evict", StateDraining, ReasonEvicting, false, true},
+		{"wait", StateDraining, ReasonDraining, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*1")
+			f := h.parse(testProfiles + "drain: {policy: " + tt.policy + ", timeout: 5m}\n")
+			h.reconcile(f, nil, "balanced")
+			before := h.adv.counts()
+			busy := h.migUUID(0, "2g.20gb")
+			h.inUse.hold(busy, "server")
+			h.m.ResetOpLog()
+			res := h.reconcile(f, nil, "small")
+			// Draining stops advertising what the change removes (all but
+			// the two kept 1g.10gb); failing leaves everything advertised.
+			wantRes := map[string]int{"nvidia.com/mig-1g.10gb": 4}
+			if tt.policy == "fail" {
+				wantRes = before
+			}
+			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(wantRes) {
+				t.Fatalf("advertised %v, want %v", got, wantRes)
+			}
+			if res.State != tt.wantState || !hasEvent(res.Events, tt.wantEvent, tt.warning) {
+				t.Fatalf("state %s events %v, want %s with %s", res.State, res.Events, tt.wantState, tt.wantEvent)
+			}
+			if ops := h.mutations(); len(ops) != 0 {
+				t.Fatalf("blocked change touched the GPU: %v", ops)
+			}
+			if got := len(res.Evict) == 1 && res.Evict[0].Pod == "server"; got != tt.wantEvict {
+				t.Fatalf("evict %+v, want the pod holding %s: %v", res.Evict, busy, tt.wantEvict)
+			}
+		})
+	}
+}
+
+// A pod gets a device between the plan and the withdrawal: the re-check
+// sees it and the instance is not destroyed.
+func TestReconcileWithdrawRace(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(testProfiles)
+	h.reconcile(f, nil, "balanced")
+	victim := h.migUUID(0, "3g.40gb")
+	h.adv.onWithdraw = func(ids []string) {
+		if !slices.Contains(ids, victim) {
+			t.Errorf("withdrawn %v, want %s among them", ids, victim)
+		}
+		h.inUse.hold(victim, "late") // admitted before the kubelet saw the new list
+	}
+	h.m.ResetOpLog()
+	calls := h.inUse.calls
+	res := h.reconcile(f, nil, "small")
+	if got := h.inUse.calls - calls; got != 2 {
+		t.Fatalf("in-use asked %d times, want 2 (plan, then re-check after withdrawing)", got)
+	}
+	if ops := h.mutations(); len(ops) != 0 {
+		t.Fatalf("GPU touched though a pod got a device before the withdrawal: %v", ops)
+	}
+	if res.State != StateDraining {
+		t.Fatalf("state %s, want draining", res.State)
+	}
+	if h.migUUID(0, "3g.40gb") != victim {
+		t.Fatal("instance destroyed")
+	}
+}
+
+func TestReconcileWithdrawsBeforeDestroying(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(testProfiles)
+	h.reconcile(f, nil, "balanced")
+	gone := []string{h.migUUID(0, "2g.20gb"), h.migUUID(0, "3g.40gb")}
+	slices.Sort(gone)
+	var opsAtWithdraw int
+	h.adv.onWithdraw = func([]string) { opsAtWithdraw = len(h.m.OpLog()) }
+	h.adv.withdrawn = nil
+	h.m.ResetOpLog()
+	onApply := -1
+	h.r.OnApply = func(_ context.Context, profile string, plans []partition.GPUPlan) {
+		if profile != "small" || len(plans) != 1 {
+			t.Errorf("OnApply(%s, %d plans), want small with 1 plan", profile, len(plans))
+		}
+		onApply = len(h.m.OpLog())
+	}
+	res := h.reconcile(f, nil, "small")
+	if onApply != 0 {
+		t.Fatalf("OnApply saw %d ops done, want to be called once before any", onApply)
+	}
+	if res.State != StateSuccess {
+		t.Fatalf("state %s: %v", res.State, res.Err)
+	}
+	if len(h.adv.withdrawn) != 1 || !slices.Equal(h.adv.withdrawn[0], gone) {
+		t.Fatalf("withdrawn %v, want [%v]", h.adv.withdrawn, gone)
+	}
+	if opsAtWithdraw != 0 {
+		t.Fatalf("%d ops ran before the withdrawal", opsAtWithdraw)
+	}
+	if res.OpsApplied == 0 || len(h.mutations()) == 0 {
+		t.Fatal("nothing applied")
+	}
+}
+
+func TestReconcileMaintenanceWindows(t *testing.T) {
+	// 02:00-04:00 UTC daily; the harness's clock says 12:00.
+	maint := "maintenance:\n  - schedule: \"0 2 * * *\"\n    duration: 2h\n"
+	tests := []struct {
+		name, from, to string
+		wantState      string
+		wantOps        bool
+	}{
+		{"disruptive change waits", "balanced", "small", StatePending, false},
+		{"MIG mode change waits", "full", "balanced", StatePending, false},
+		{"adding instances into free space runs", "half", "half-plus", StateSuccess, true},
+		{"replicas change runs", "shared-2", "shared-4", StateSuccess, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*1")
+			// Reach the starting point inside a maintenance window.
+			inside := h.now
+			h.now = time.Date(2026, 3, 2, 3, 0, 0, 0, time.UTC)
+			f := h.parse(testProfiles + maint)
+			if res := h.reconcile(f, nil, tt.from); res.State != StateSuccess {
+				t.Fatalf("setup: state %s: %v", res.State, res.Err)
+			}
+			h.now = inside
+			h.m.ResetOpLog()
+			res := h.reconcile(f, nil, tt.to)
+			if res.State != tt.wantState {
+				t.Fatalf("state %s, want %s (%v)", res.State, tt.wantState, res.Err)
+			}
+			if got := len(h.mutations()) > 0; got != tt.wantOps {
+				t.Fatalf("ops %v, want some: %v", h.mutations(), tt.wantOps)
+			}
+			if tt.wantState != StatePending {
+				return
+			}
+			if want := time.Date(2026, 3, 3, 2, 0, 0, 0, time.UTC); !res.Requeue.Equal(want) {
+				t.Fatalf("requeue %v, want the next window start %v", res.Requeue, want)
+			}
+			if !hasEvent(res.Events, ReasonPending, false) || res.Labels[LabelApplied] != tt.from {
+				t.Fatalf("events %v applied %q", reasons(res.Events), res.Labels[LabelApplied])
+			}
+			// In the window the change runs.
+			h.now = res.Requeue
+			if res := h.reconcile(f, nil, tt.to); res.State != StateSuccess || res.Labels[LabelApplied] != tt.to {
+				t.Fatalf("in the window: state %s applied %q: %v", res.State, res.Labels[LabelApplied], res.Err)
+			}
+		})
+	}
+}
+
+func TestReconcileRebootRequired(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(h *harness)
+	}{
+		{"platform needs a reboot", func(h *harness) {
+			if err := h.m.SetRebootOnly(0, true); err != nil {
+				h.t.Fatal(err)
+			}
+		}},
+		{"a process outside Kubernetes holds the GPU", func(h *harness) {
+			gpus := h.gpus()
+			if err := h.m.SetBusy(gpus[0].UUID, true); err != nil {
+				h.t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*1")
+			f := h.parse(testProfiles)
+			h.reconcile(f, nil, "full")
+			tt.setup(h)
+			res := h.reconcile(f, nil, "balanced")
+			if res.State != StateRebootRequired || !hasEvent(res.Events, ReasonRebootRequired, true) {
+				t.Fatalf("state %s events %v, want reboot-required", res.State, reasons(res.Events))
+			}
+			if !partition.RebootRequired(res.Err) {
+				t.Fatalf("err %v, want a reboot-required error", res.Err)
+			}
+			if res.Requeue.IsZero() {
+				t.Fatal("no retry scheduled")
+			}
+			if res.Labels[LabelApplied] != "full" {
+				t.Fatalf("applied %q, want full", res.Labels[LabelApplied])
+			}
+			// The machine reboots: the pending mode takes effect and the
+			// next reconcile finishes the change.
+			if err := h.m.Reboot(); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.m.SetRebootOnly(0, false); err != nil {
+				t.Fatal(err)
+			}
+			res = h.reconcile(f, nil, "balanced")
+			if res.State != StateSuccess || res.Labels[LabelApplied] != "balanced" {
+				t.Fatalf("after reboot: state %s applied %q: %v", res.State, res.Labels[LabelApplied], res.Err)
+			}
+		})
+	}
+}
+
+func TestReconcileWindowSelectsProfile(t *testing.T) {
+	// Weekdays 20:00 for 10h; Monday 12:00 is outside, 21:00 inside.
+	win := "windows:\n  - name: nightly\n    schedule: \"0 20 * * 1-5\"\n    duration: 10h\n    profile: shared-4\n"
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(testProfiles + win)
+	res := h.reconcile(f, nil, "")
+	if res.Labels[LabelApplied] != "full" || res.Labels[LabelWindow] != "" {
+		t.Fatalf("outside the window: labels %v", res.Labels)
+	}
+	if want := time.Date(2026, 3, 2, 20, 0, 0, 0, time.UTC); !res.Requeue.Equal(want) {
+		t.Fatalf("requeue %v, want the window start %v", res.Requeue, want)
+	}
+	h.now = res.Requeue
+	res = h.reconcile(f, nil, "")
+	if res.Labels[LabelApplied] != "shared-4" || res.Labels[LabelWindow] != "nightly" || res.Labels[LabelSource] != "window" {
+		t.Fatalf("in the window: labels %v", res.Labels)
+	}
+	if want := time.Date(2026, 3, 3, 6, 0, 0, 0, time.UTC); !res.Requeue.Equal(want) {
+		t.Fatalf("requeue %v, want the window end %v", res.Requeue, want)
+	}
+	h.now = res.Requeue
+	res = h.reconcile(f, nil, "")
+	if _, ok := res.Labels[LabelWindow]; ok || res.Labels[LabelApplied] != "full" {
+		t.Fatalf("after the window: labels %v", res.Labels)
+	}
+	if _, ok := h.labels[LabelWindow]; ok {
+		t.Fatal("window label not removed from the node")
+	}
+}
+
+func TestReconcileNoProfileLeavesGPUs(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(strings.Replace(testProfiles, "defaultProfile: full\n", "", 1))
+	res := h.reconcile(f, nil, "")
+	if res.State != StateSuccess || len(h.mutations()) != 0 {
+		t.Fatalf("state %s ops %v", res.State, h.mutations())
+	}
+	if _, ok := res.Labels[LabelApplied]; ok {
+		t.Fatalf("applied label %q without a profile", res.Labels[LabelApplied])
+	}
+	if got := h.adv.counts()["nvidia.com/gpu"]; got != 1 {
+		t.Fatalf("advertised %v, want the whole GPU", h.adv.counts())
+	}
+}
+
+func TestReconcileTransientErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(h *harness)
+	}{
+		{"NVML fails", func(h *harness) {
+			if err := h.m.InjectFault(sim.Fault{Call: "DeviceCount", GPU: -1, Err: partition.ErrUninitialized, Times: 1}); err != nil {
+				h.t.Fatal(err)
+			}
+		}},
+		{"PodResources fails", func(h *harness) { h.inUse.err = errors.New("kubelet away") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*1")
+			f := h.parse(testProfiles)
+			h.reconcile(f, nil, "full")
+			h.m.ResetOpLog()
+			tt.setup(h)
+			h.labels[configs.LabelProfile] = "balanced"
+			if _, err := h.r.Reconcile(context.Background(), Input{Config: f, Labels: h.labels, Now: h.now, Previous: h.prev}); err == nil {
+				t.Fatal("Reconcile succeeded")
+			}
+			if ops := h.mutations(); len(ops) != 0 {
+				t.Fatalf("GPUs touched: %v", ops)
+			}
+		})
+	}
+}
+
+var errCrash = errors.New("simulated crash")
+
+// The agent dies after op k of an apply, for every k: a restarted agent
+// converges to the same partition as an uninterrupted apply, without extra
+// instances.
+func TestReconcileCrashAfterEveryOp(t *testing.T) {
+	for _, from := range []string{"full", "balanced"} {
+		ref := newHarness(t, "h100-80gb*2")
+		f := ref.parse(testProfiles)
+		ref.reconcile(f, nil, from)
+		res := ref.reconcile(f, nil, "small")
+		want, total := layout(ref.gpus()), res.OpsApplied
+		if total < 2 {
+			t.Fatalf("%s -> small: %d ops", from, total)
+		}
+		for k := 1; k <= total; k++ { // k == total: after the last op, before the checkpoint is removed
+			t.Run(fmt.Sprintf("%s->small/after-op-%d", from, k), func(t *testing.T) {
+				h := newHarness(t, "h100-80gb*2")
+				h.reconcile(f, nil, from)
+				n := 0
+				h.r.AfterOp = func(int, int, partition.Op) error {
+					if n++; n == k {
+						return errCrash
+					}
+					return nil
+				}
+				h.labels[configs.LabelProfile] = "small"
+				if _, err := h.r.Reconcile(context.Background(), Input{Config: f, Labels: h.labels, Now: h.now, Previous: h.prev}); err != nil {
+					t.Fatal(err)
+				}
+				intent, err := (&Checkpoints{Dir: h.dir}).Load()
+				if err != nil || intent == nil || intent.Profile != "small" || intent.OpsDone() != k {
+					t.Fatalf("checkpoint after the crash: %+v, %v; want small with %d ops done", intent, err, k)
+				}
+				h.r = h.newReconciler() // restart
+				res := h.reconcile(f, nil, "small")
+				if res.State != StateSuccess {
+					t.Fatalf("state %s after restart: %v", res.State, res.Err)
+				}
+				if !hasEvent(res.Events, ReasonResumingApply, false) {
+					t.Fatalf("events %v, want %s", reasons(res.Events), ReasonResumingApply)
+				}
+				if got := layout(h.gpus()); got != want {
+					t.Fatalf("layout %s, want %s", got, want)
+				}
+				if intent, _ := (&Checkpoints{Dir: h.dir}).Load(); intent != nil {
+					t.Fatal("checkpoint left after converging")
+				}
+			})
+		}
+	}
+}
+
+func TestReconcileCheckpointFailureStopsApply(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(testProfiles)
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.r.Checkpoints = &Checkpoints{Dir: filepath.Join(blocker, "state")} // cannot be made
+	res := h.reconcile(f, nil, "balanced")
+	if res.State != StateFailed || len(h.mutations()) != 0 {
+		t.Fatalf("state %s ops %v; want failed before any op", res.State, h.mutations())
+	}
+}

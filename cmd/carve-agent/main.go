@@ -1,0 +1,235 @@
+// Command carve-agent is carve's node agent, run as a DaemonSet: it
+// realises the profile in force for its Node on the GPUs and advertises the
+// result to the kubelet. Flags are described in shared/spec.md; each can
+// also be given through an environment variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/carve-dev/carve/agent"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/plugin"
+)
+
+// options are the agent's settings from flags and environment.
+type options struct {
+	nodeName           string
+	kubeconfig         string
+	configMapNamespace string
+	configMapName      string
+	gpus               string
+	simState           string
+	devicePluginDir    string
+	podResourcesSocket string
+	stateDir           string
+	metricsAddr        string
+	logLevel           slog.Level
+}
+
+// flagSpec is one flag: its name, environment variable, default and use.
+type flagSpec struct {
+	name, env, def, usage string
+	dst                   *string
+}
+
+// parseOptions reads the flags; a flag not given on the command line is
+// taken from its environment variable, else its default.
+func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	var o options
+	var configMap, logLevel string
+	specs := []flagSpec{
+		{"node-name", "NODE_NAME", "", "the Node this agent owns (required)", &o.nodeName},
+		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster", &o.kubeconfig},
+		{"config-map", "CARVE_CONFIG_MAP", "carve-system/carve-profiles", "namespace/name of the profile ConfigMap (key profiles.yaml)", &configMap},
+		{"gpus", "CARVE_GPUS", "nvml", "nvml, or sim:<machine> for simulated GPUs", &o.gpus},
+		{"sim-state", "CARVE_SIM_STATE", "", "file where the simulator keeps its MIG state across restarts", &o.simState},
+		{"device-plugin-dir", "CARVE_DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins", "kubelet's device-plugin socket directory", &o.devicePluginDir},
+		{"pod-resources-socket", "CARVE_POD_RESOURCES_SOCKET", plugin.DefaultPodResourcesSocket, "kubelet PodResources API socket", &o.podResourcesSocket},
+		{"state-dir", "CARVE_STATE_DIR", "/var/lib/carve", "directory for the checkpoint of the apply in progress", &o.stateDir},
+		{"metrics-addr", "CARVE_METRICS_ADDR", ":9465", "address of /metrics, /healthz and /readyz", &o.metricsAddr},
+		{"log-level", "CARVE_LOG_LEVEL", "info", "debug, info, warn or error", &logLevel},
+	}
+	fs := flag.NewFlagSet("carve-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	for _, s := range specs {
+		def := s.def
+		if v := getenv(s.env); v != "" {
+			def = v
+		}
+		fs.StringVar(s.dst, s.name, def, fmt.Sprintf("%s [%s]", s.usage, s.env))
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if o.nodeName == "" {
+		return o, errors.New("--node-name (or NODE_NAME) is required")
+	}
+	ns, name, ok := strings.Cut(configMap, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return o, fmt.Errorf("--config-map %q: want namespace/name", configMap)
+	}
+	o.configMapNamespace, o.configMapName = ns, name
+	if o.gpus != "nvml" && !strings.HasPrefix(o.gpus, sim.Prefix) {
+		return o, fmt.Errorf("--gpus %q: want nvml or sim:<machine>", o.gpus)
+	}
+	if o.simState != "" && o.gpus == "nvml" {
+		return o, errors.New("--sim-state works with simulated GPUs only (--gpus sim:<machine>)")
+	}
+	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return o, fmt.Errorf("--log-level %q: %w", logLevel, err)
+	}
+	return o, nil
+}
+
+// openGPUs opens and initialises the GPUs --gpus names.
+func openGPUs(gpus, simState string) (partition.NVML, error) {
+	var lib partition.NVML
+	if gpus == "nvml" {
+		lib = partition.NewNVML()
+	} else {
+		m, err := sim.Open(strings.TrimPrefix(gpus, sim.Prefix), simState)
+		if err != nil {
+			return nil, fmt.Errorf("--gpus %s: %w", gpus, err)
+		}
+		lib = m
+	}
+	if err := lib.Init(); err != nil {
+		return nil, fmt.Errorf("--gpus %s: initialise: %w", gpus, err)
+	}
+	return lib, nil
+}
+
+// newServeMux serves /metrics from reg, /healthz, and /readyz from ready.
+func newServeMux(reg *prometheus.Registry, ready func() bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready: caches not synced or no reconcile finished yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
+
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	lib, err := openGPUs(o.gpus, o.simState)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lib.Shutdown() }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := agent.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	mgr, err := plugin.New(plugin.Options{DevicePluginDir: o.devicePluginDir, NVML: lib, Registerer: reg, Logger: log})
+	if err != nil {
+		return fmt.Errorf("device plugin: %w", err)
+	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("API access: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "carve-agent", Host: o.nodeName})
+
+	ctrl := &agent.Controller{
+		Client: client, NodeName: o.nodeName,
+		ConfigMapNamespace: o.configMapNamespace, ConfigMapName: o.configMapName,
+		Reconciler: &agent.Reconciler{
+			Lib: lib, InUse: plugin.NewPodResourcesClient(o.podResourcesSocket, 0), Devices: mgr,
+			Checkpoints: &agent.Checkpoints{Dir: o.stateDir}, Logger: log,
+		},
+		Events: recorder, Metrics: metrics, Logger: log,
+	}
+
+	srv := &http.Server{Addr: o.metricsAddr, Handler: newServeMux(reg, ctrl.Ready), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 3)
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics server on %s: %w", o.metricsAddr, err)
+		}
+	}()
+	go func() {
+		if err := mgr.Run(ctx); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("device plugin: %w", err)
+		}
+	}()
+	go func() { errc <- ctrl.Run(ctx) }()
+	log.Info("carve-agent started", "node", o.nodeName, "gpus", o.gpus, "configMap", o.configMapNamespace+"/"+o.configMapName)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown)
+	mgr.Stop()
+	return runErr
+}
+
+func main() {
+	o, err := parseOptions(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "carve-agent:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, log); err != nil {
+		log.Error("carve-agent stopped", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+)
+
+func TestParseOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, o options)
+		wantErr bool
+	}{
+		{
+			name: "defaults",
+			args: []string{"--node-name", "n1"},
+			check: func(t *testing.T, o options) {
+				want := options{nodeName: "n1", configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
+					devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+					stateDir: "/var/lib/carve", metricsAddr: ":9465", logLevel: slog.LevelInfo}
+				if o != want {
+					t.Fatalf("options %+v, want %+v", o, want)
+				}
+			},
+		},
+		{
+			name: "environment",
+			env: map[string]string{"NODE_NAME": "n2", "KUBECONFIG": "/k", "CARVE_CONFIG_MAP": "ns/cm", "CARVE_GPUS": "sim:dgx-h100",
+				"CARVE_SIM_STATE": "/s.json", "CARVE_STATE_DIR": "/st", "CARVE_METRICS_ADDR": ":1", "CARVE_LOG_LEVEL": "debug",
+				"CARVE_DEVICE_PLUGIN_DIR": "/dp", "CARVE_POD_RESOURCES_SOCKET": "/pr.sock"},
+			check: func(t *testing.T, o options) {
+				want := options{nodeName: "n2", kubeconfig: "/k", configMapNamespace: "ns", configMapName: "cm", gpus: "sim:dgx-h100",
+					simState: "/s.json", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1", logLevel: slog.LevelDebug}
+				if o != want {
+					t.Fatalf("options %+v, want %+v", o, want)
+				}
+			},
+		},
+		{
+			name: "flags beat environment",
+			args: []string{"--node-name", "flag", "--gpus", "sim:a30x4"},
+			env:  map[string]string{"NODE_NAME": "env", "CARVE_GPUS": "nvml"},
+			check: func(t *testing.T, o options) {
+				if o.nodeName != "flag" || o.gpus != "sim:a30x4" {
+					t.Fatalf("options %+v", o)
+				}
+			},
+		},
+		{name: "node name missing", args: nil, wantErr: true},
+		{name: "bad config map", args: []string{"--node-name", "n", "--config-map", "justname"}, wantErr: true},
+		{name: "bad gpus", args: []string{"--node-name", "n", "--gpus", "cuda"}, wantErr: true},
+		{name: "sim state with real GPUs", args: []string{"--node-name", "n", "--sim-state", "/x"}, wantErr: true},
+		{name: "bad log level", args: []string{"--node-name", "n", "--log-level", "loud"}, wantErr: true},
+		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantErr: true},
+		{name: "unknown flag", args: []string{"--node", "n"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseOptions(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if tt.check != nil {
+				tt.check(t, o)
+			}
+		})
+	}
+}
+
+func TestOpenGPUsKeepsSimState(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "sim.json")
+	lib, err := openGPUs("sim:h100-80gb*1", state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := lib.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetMIGMode(partition.MIGEnabled); err != nil {
+		t.Fatal(err)
+	}
+	_ = lib.Shutdown()
+	again, err := openGPUs("sim:h100-80gb*1", state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := partition.ReadInventory(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpus[0].PendingMIGMode != partition.MIGEnabled {
+		t.Fatal("simulator state not kept across a restart")
+	}
+	if _, err := openGPUs(sim.Prefix+"no-such-machine", ""); err == nil {
+		t.Fatal("unknown machine accepted")
+	}
+}
+
+func TestServeMux(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "carve_test_total", Help: "test"}))
+	var ready atomic.Bool
+	srv := httptest.NewServer(newServeMux(reg, ready.Load))
+	defer srv.Close()
+	get := func(path string) int {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	tests := []struct {
+		path  string
+		ready bool
+		want  int
+	}{
+		{"/healthz", false, http.StatusOK},
+		{"/readyz", false, http.StatusServiceUnavailable},
+		{"/readyz", true, http.StatusOK},
+		{"/metrics", false, http.StatusOK},
+	}
+	for _, tt := range tests {
+		ready.Store(tt.ready)
+		if got := get(tt.path); got != tt.want {
+			t.Errorf("GET %s (ready %v) = %d, want %d", tt.path, tt.ready, got, tt.want)
+		}
+	}
+}
