@@ -36,18 +36,7 @@ func BenchmarkAllocate(b *testing.B) {
 	if _, err := client.Allocate(ctx, req); err != nil { // connect outside the timing
 		b.Fatal(err)
 	}
-	samples := make([]time.Duration, 0, b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		t0 := time.Now()
-		if _, err := client.Allocate(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-		samples = append(samples, time.Since(t0))
-	}
-	b.StopTimer()
-	reportPercentiles(b, samples)
+	timeCalls(b, func() error { _, err := client.Allocate(ctx, req); return err })
 }
 
 // BenchmarkGetPreferredAllocation measures a topology-aware choice of
@@ -72,12 +61,18 @@ func BenchmarkGetPreferredAllocation(b *testing.B) {
 	if _, err := client.GetPreferredAllocation(ctx, req); err != nil {
 		b.Fatal(err)
 	}
+	timeCalls(b, func() error { _, err := client.GetPreferredAllocation(ctx, req); return err })
+}
+
+// timeCalls runs call b.N times, timing each, and reports p50/p99.
+func timeCalls(b *testing.B, call func() error) {
+	b.Helper()
 	samples := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		if _, err := client.GetPreferredAllocation(ctx, req); err != nil {
+		if err := call(); err != nil {
 			b.Fatal(err)
 		}
 		samples = append(samples, time.Since(t0))
