@@ -27,7 +27,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	geo := partition.NewGeometry(partition.Catalogue())
-	var node *partition.Node
+	var cgpus []configs.GPU // nil: no node, check every known model
 	against := "every GPU model in carve's catalogue"
 	if *gpus != "" {
 		n, closeFn, err := openNode(*gpus, "")
@@ -35,12 +35,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer closeFn()
-		node, geo = &n, n.Geometry()
-		against = describeNode(n)
-	}
-	var cgpus []configs.GPU
-	if node != nil {
-		cgpus = node.ConfigGPUs()
+		geo, cgpus, against = n.Geometry(), n.ConfigGPUs(), describeNode(n)
 	}
 	if err := f.Validate(geo, cgpus); err != nil {
 		return reportProblems(*file, err, stdout)
