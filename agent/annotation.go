@@ -47,6 +47,9 @@ type GPURecord struct {
 	Replicas int `json:"replicas,omitempty"`
 	// RenameShared: shared devices are advertised as <resource>.shared.
 	RenameShared bool `json:"renameShared,omitempty"`
+	// FailRequestsGreaterThanOne: requests for more than one replica are
+	// refused.
+	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
 	// Instances are the MIG instances, by placement.
 	Instances []InstanceRecord `json:"instances,omitempty"`
 }
@@ -78,6 +81,7 @@ func GPURecords(gpus []partition.GPU, res timeslice.Resources, sharing map[int]t
 			r.PendingMIGMode = p
 		}
 		r.RenameShared = sharing[g.Index].RenameShared
+		r.FailRequestsGreaterThanOne = sharing[g.Index].FailRequestsGreaterThanOne
 		if g.MIGMode != partition.MIGEnabled {
 			r.Replicas = replicas[g.UUID]
 		}
@@ -100,7 +104,7 @@ func GPURecords(gpus []partition.GPU, res timeslice.Resources, sharing map[int]t
 func SharingFromRecords(gpus []GPURecord) map[int]timeslice.Sharing {
 	out := make(map[int]timeslice.Sharing, len(gpus))
 	for _, g := range gpus {
-		s := timeslice.Sharing{Replicas: g.Replicas, RenameShared: g.RenameShared}
+		s := timeslice.Sharing{Replicas: g.Replicas, RenameShared: g.RenameShared, FailRequestsGreaterThanOne: g.FailRequestsGreaterThanOne}
 		for _, in := range g.Instances {
 			if in.Replicas > 1 {
 				if s.MIGReplicas == nil {

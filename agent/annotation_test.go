@@ -20,7 +20,7 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 	whole.PendingMIGMode = partition.MIGEnabled
 	gpus := []partition.GPU{mig, whole}
 	sharing := map[int]timeslice.Sharing{
-		0: {Replicas: 3, RenameShared: true},
+		0: {Replicas: 3, RenameShared: true, FailRequestsGreaterThanOne: true},
 		1: {Replicas: 1, MIGReplicas: map[string]int{"1g.10gb": 2}},
 	}
 	res, err := timeslice.Expand(gpus, sharing)
@@ -29,7 +29,7 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 	}
 	recs := GPURecords(gpus, res, sharing)
 	want := []GPURecord{
-		{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "disabled", PendingMIGMode: "enabled", Replicas: 3, RenameShared: true},
+		{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "disabled", PendingMIGMode: "enabled", Replicas: 3, RenameShared: true, FailRequestsGreaterThanOne: true},
 		{Index: 1, UUID: "GPU-b", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{
 			{Profile: "1g.10gb", Placement: partition.Placement{Start: 0, Size: 1}, GIID: 1, UUID: "MIG-1", Replicas: 2},
 			{Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, GIID: 3, UUID: "MIG-3", Replicas: 1},

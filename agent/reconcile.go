@@ -637,7 +637,8 @@ func hasReason(evs []Event, reason string) bool {
 
 func sameSharing(a, b map[int]timeslice.Sharing) bool {
 	return maps.EqualFunc(a, b, func(x, y timeslice.Sharing) bool {
-		return x.Replicas == y.Replicas && x.RenameShared == y.RenameShared && maps.Equal(x.MIGReplicas, y.MIGReplicas)
+		return x.Replicas == y.Replicas && x.RenameShared == y.RenameShared &&
+			x.FailRequestsGreaterThanOne == y.FailRequestsGreaterThanOne && maps.Equal(x.MIGReplicas, y.MIGReplicas)
 	})
 }
 

@@ -18,9 +18,10 @@ const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
 // Allocate answers, per container request, NVIDIA_VISIBLE_DEVICES with the
 // physical UUIDs behind the requested IDs (replicas folded to their device,
 // each once, in request order) and, with CDI enabled, CDI device names.
-// Unknown or withdrawn IDs, an empty request and (with
-// FailRequestsGreaterThanOne) more than one replica of a shared resource
-// fail the whole call with codes.InvalidArgument.
+// Unknown or withdrawn IDs, an empty request and more than one replica of a
+// shared resource when refused (Options.FailRequestsGreaterThanOne for all
+// shared resources, or the profile's timeSlicing.failRequestsGreaterThanOne
+// carried by the devices) fail the whole call with codes.InvalidArgument.
 func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp, err := s.allocate(req)
 	if err != nil {
@@ -29,6 +30,17 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	}
 	s.m.metrics.allocations.WithLabelValues(s.resource).Add(float64(len(resp.ContainerResponses)))
 	return resp, nil
+}
+
+// anyFailsMany reports whether a requested device's profile entry set
+// timeSlicing.failRequestsGreaterThanOne.
+func anyFailsMany(known map[string]timeslice.Device, ids []string) bool {
+	for _, id := range ids {
+		if known[id].FailRequestsGreaterThanOne {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *server) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
@@ -51,7 +63,7 @@ func (s *server) allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 		if len(unknown) > 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: container request %d: unknown device IDs %s (not advertised by carve now)", s.resource, i, strings.Join(unknown, ", "))
 		}
-		if opts.FailRequestsGreaterThanOne && shared && len(ids) > 1 {
+		if len(ids) > 1 && (opts.FailRequestsGreaterThanOne && shared || anyFailsMany(known, ids)) {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: container request %d asks for %d devices of a shared (time-sliced) resource; at most 1 is allowed (failRequestsGreaterThanOne): %s", s.resource, i, len(ids), strings.Join(ids, ", "))
 		}
 		uuids, err := timeslice.Fold(ids)

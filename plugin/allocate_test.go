@@ -248,3 +248,36 @@ func TestGetPreferredAllocationNegativeSize(t *testing.T) {
 		t.Fatalf("error %v, want InvalidArgument", err)
 	}
 }
+
+// TestAllocateProfileFailRequests checks the per-profile setting
+// (timeSlicing.failRequestsGreaterThanOne), which reaches the plugin on the
+// devices rather than as a manager-wide option.
+func TestAllocateProfileFailRequests(t *testing.T) {
+	marked := sharedGPUs(4, 4, 5)
+	for i := range marked {
+		marked[i].FailRequestsGreaterThanOne = true
+	}
+	e := newEnv(t, Options{}, false)
+	e.update(t, timeslice.Resources{sharedRes: marked, timeslice.GPUResource: wholeGPUs(0, 1)})
+	tests := []struct {
+		resource string
+		ids      []string
+		refused  bool
+	}{
+		{sharedRes, []string{"GPU-4::0", "GPU-5::1"}, true},
+		{sharedRes, []string{"GPU-4::0", "GPU-4::1"}, true},
+		{sharedRes, []string{"GPU-5::2"}, false},
+		{timeslice.GPUResource, []string{"GPU-0", "GPU-1"}, false},
+	}
+	for _, tt := range tests {
+		req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: tt.ids}}}
+		_, err := dialPlugin(t, e.socket(tt.resource)).Allocate(context.Background(), req)
+		if tt.refused {
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "failRequestsGreaterThanOne") {
+				t.Errorf("%v: err %v, want InvalidArgument naming failRequestsGreaterThanOne", tt.ids, err)
+			}
+		} else if err != nil {
+			t.Errorf("%v: %v", tt.ids, err)
+		}
+	}
+}

@@ -6,7 +6,8 @@ import "github.com/carve-dev/carve/configs"
 func SharingFrom(as []configs.Assignment) map[int]Sharing {
 	out := make(map[int]Sharing, len(as))
 	for _, a := range as {
-		out[a.GPU] = Sharing{Replicas: a.Replicas, MIGReplicas: a.MIGReplicas, RenameShared: a.RenameShared}
+		out[a.GPU] = Sharing{Replicas: a.Replicas, MIGReplicas: a.MIGReplicas, RenameShared: a.RenameShared,
+			FailRequestsGreaterThanOne: a.FailRequestsGreaterThanOne}
 	}
 	return out
 }

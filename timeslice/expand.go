@@ -106,6 +106,7 @@ func Expand(gpus []partition.GPU, sharing map[int]Sharing) (Resources, error) {
 			res[name] = append(res[name], d)
 			return nil
 		}
+		d.FailRequestsGreaterThanOne = s.FailRequestsGreaterThanOne
 		for i := 0; i < n; i++ {
 			d.ID, d.Replica = ReplicaID(uuid, i), i
 			res[name] = append(res[name], d)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -203,5 +204,26 @@ func TestParseIDAndFold(t *testing.T) {
 	}
 	if _, err := Fold([]string{"GPU-a::bad"}); err == nil {
 		t.Fatal("Fold accepted a bad ID")
+	}
+}
+
+// TestFailRequestsFromProfile follows timeSlicing.failRequestsGreaterThanOne
+// from a resolved profile to the advertised replicas (not to unshared
+// devices), so the plugin can honour it.
+func TestFailRequestsFromProfile(t *testing.T) {
+	as := []configs.Assignment{
+		{GPU: 0, Entry: 0, Replicas: 2, FailRequestsGreaterThanOne: true},
+		{GPU: 1, Entry: 0, Replicas: 1, FailRequestsGreaterThanOne: true},
+		{GPU: 2, Entry: 1, Replicas: 2},
+	}
+	res, err := Expand([]partition.GPU{wholeGPU(0, "GPU-a"), wholeGPU(1, "GPU-b"), wholeGPU(2, "GPU-c")}, SharingFrom(as))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range res[GPUResource] {
+		want := d.GPU == 0
+		if d.FailRequestsGreaterThanOne != want {
+			t.Errorf("%s: FailRequestsGreaterThanOne = %v, want %v", d.ID, d.FailRequestsGreaterThanOne, want)
+		}
 	}
 }

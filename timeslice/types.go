@@ -25,6 +25,10 @@ type Device struct {
 	MIGProfile string `json:"migProfile,omitempty"`
 	// MemoryMiB is the memory of the physical device.
 	MemoryMiB uint64 `json:"memoryMiB"`
+	// FailRequestsGreaterThanOne marks a replica whose profile entry asks
+	// the plugin to refuse a container more than one device of the shared
+	// resource (it would get one GPU's time slices twice, no more compute).
+	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
 }
 
 // Resources maps a resource name ("nvidia.com/mig-1g.10gb") to its devices,
@@ -41,4 +45,7 @@ type Sharing struct {
 	MIGReplicas map[string]int
 	// RenameShared advertises shared devices under "<name>.shared".
 	RenameShared bool
+	// FailRequestsGreaterThanOne marks the GPU's replicas so that the
+	// plugin refuses requests for more than one of them.
+	FailRequestsGreaterThanOne bool
 }
