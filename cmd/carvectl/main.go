@@ -16,6 +16,7 @@ Usage:
   carvectl validate -f profiles.yaml [--gpus sim:<machine>|nvml]
   carvectl plan     -f profiles.yaml --profile NAME --gpus sim:<machine>|nvml [--from STATE.json] [-o table|json]
   carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d]
+  carvectl status   [--kubeconfig PATH] [--selector k=v] [-o table|json]
 
 Simulated machines: sim:dgx-a100, sim:dgx-a100-80, sim:dgx-h100, sim:hgx-h200,
 sim:a30x4, or a list such as sim:h100-80gb*2,a100-40gb*1.
@@ -36,6 +37,12 @@ func main() {
 // 0 success, 1 a problem found (invalid profile, impossible plan), 2 bad
 // usage or an error running the command.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runWith(args, stdout, stderr, newStatusClient)
+}
+
+// runWith is run with the Kubernetes client factory of carvectl status
+// given, so tests can use a fake API.
+func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -48,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runPlan(args[1:], stdout, stderr)
 	case "windows":
 		err = runWindows(args[1:], stdout, stderr)
+	case "status":
+		err = runStatus(args[1:], stdout, stderr, newClient)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

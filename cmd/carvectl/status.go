@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/carve-dev/carve/agent"
+	"github.com/carve-dev/carve/configs"
+)
+
+// nvidiaResourcePrefix starts the extended resources carve advertises.
+const nvidiaResourcePrefix = "nvidia.com/"
+
+// statusTimeout bounds the whole node list, so that an unreachable API
+// server gives a clear error instead of a hang.
+const statusTimeout = 20 * time.Second
+
+// newStatusClient builds the client for carvectl status from --kubeconfig,
+// else KUBECONFIG, else ~/.kube/config, else the in-cluster config (the
+// clientcmd loading rules), and returns it with the API server's URL. Tests
+// replace it.
+// statusClientFunc builds the Kubernetes client carvectl status uses and
+// returns the API server's URL for messages; tests pass a fake one.
+type statusClientFunc func(kubeconfig string) (kubernetes.Interface, string, error)
+
+func newStatusClient(kubeconfig string) (kubernetes.Interface, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, "", fmt.Errorf("no kubeconfig: none given with --kubeconfig, none in $KUBECONFIG or ~/.kube/config, and not running in a cluster")
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.Timeout = statusTimeout
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, cfg.Host, fmt.Errorf("client for %s: %w", cfg.Host, err)
+	}
+	return cs, cfg.Host, nil
+}
+
+// nodeStatus is one GPU node as carvectl status shows it.
+type nodeStatus struct {
+	Node string `json:"node"`
+	// Pinned is the node's carve.dev/profile label, the user's pin.
+	Pinned string `json:"pinned,omitempty"`
+	// Source is why the profile is in force: window, label, rule, default.
+	Source string `json:"source,omitempty"`
+	// Window is the active window, "" outside windows.
+	Window  string `json:"window,omitempty"`
+	Applied string `json:"applied,omitempty"`
+	State   string `json:"state,omitempty"`
+	// Resources are the node's allocatable nvidia.com/* resources, by name
+	// without the nvidia.com/ prefix.
+	Resources map[string]int64 `json:"resources"`
+	// LastError is the annotation's last error, or why the annotation
+	// could not be read.
+	LastError string `json:"lastError,omitempty"`
+	// Partition is the decoded carve.dev/partition annotation.
+	Partition *agent.Partition `json:"partition,omitempty"`
+	// AnnotationError says why the annotation could not be decoded.
+	AnnotationError string `json:"annotationError,omitempty"`
+}
+
+func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFunc) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	output := fs.String("o", "table", "output format: table or json")
+	selector := fs.String("selector", "", "label selector for the nodes, e.g. pool=inference")
+	if err := fs.Parse(args); err != nil {
+		return exitError{2}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *output != "table" && *output != "json" {
+		return fmt.Errorf("-o %q: want table or json", *output)
+	}
+	if *selector != "" {
+		if _, err := labels.Parse(*selector); err != nil {
+			return fmt.Errorf("--selector %q: %w", *selector, err)
+		}
+	}
+	cs, host, err := newClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+	defer cancel()
+	return status(ctx, cs, host, *selector, *output, stdout)
+}
+
+// status lists the GPU nodes matching selector through cs and prints them
+// as a table or as JSON. host names the API server in errors.
+func status(ctx context.Context, cs kubernetes.Interface, host, selector, output string, w io.Writer) error {
+	rows, err := nodeStatuses(ctx, cs, selector)
+	if err != nil {
+		if host == "" {
+			host = "the API server"
+		}
+		return fmt.Errorf("list nodes from %s: %w", host, err)
+	}
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tRESOURCES\tLAST ERROR")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, orDash(selectedBy(r)), orDash(r.Pinned),
+			orDash(r.Applied), orDash(r.State), orDash(compactResources(r.Resources)), orDash(oneLine(r.LastError)))
+	}
+	return tw.Flush()
+}
+
+// nodeStatuses lists the nodes matching selector and returns the GPU nodes
+// among them, by name.
+func nodeStatuses(ctx context.Context, cs kubernetes.Interface, selector string) ([]nodeStatus, error) {
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	rows := []nodeStatus{}
+	for i := range list.Items {
+		if r, ok := statusOf(&list.Items[i]); ok {
+			rows = append(rows, r)
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Node < rows[j].Node })
+	return rows, nil
+}
+
+// statusOf describes n; ok is false when n is not a GPU node (it carries
+// no carve.dev/state label and no allocatable nvidia.com/* resource).
+func statusOf(n *corev1.Node) (nodeStatus, bool) {
+	res := map[string]int64{}
+	for name, q := range n.Status.Allocatable {
+		if short, ok := strings.CutPrefix(string(name), nvidiaResourcePrefix); ok {
+			res[short] = q.Value()
+		}
+	}
+	_, hasState := n.Labels[agent.LabelState]
+	if !hasState && len(res) == 0 {
+		return nodeStatus{}, false
+	}
+	r := nodeStatus{
+		Node:      n.Name,
+		Pinned:    n.Labels[configs.LabelProfile],
+		Source:    n.Labels[agent.LabelSource],
+		Window:    n.Labels[agent.LabelWindow],
+		Applied:   n.Labels[agent.LabelApplied],
+		State:     n.Labels[agent.LabelState],
+		Resources: res,
+	}
+	if a, ok := n.Annotations[agent.AnnotationPartition]; ok {
+		p, err := agent.DecodePartition(a)
+		if err != nil {
+			r.AnnotationError = err.Error()
+			r.LastError = err.Error()
+		} else {
+			r.Partition = &p
+			r.LastError = p.LastError
+		}
+	}
+	return r, true
+}
+
+// selectedBy says why the node's profile is in force: "window NAME",
+// "label", "rule" or "default".
+func selectedBy(r nodeStatus) string {
+	switch {
+	case r.Window != "" && (r.Source == "" || r.Source == "window"):
+		return "window " + r.Window
+	case r.Window != "":
+		return r.Source + " (window " + r.Window + ")"
+	}
+	return r.Source
+}
+
+// compactResources writes resources as "mig-1g.10gb=14 gpu=4", by name.
+func compactResources(res map[string]int64) string {
+	names := make([]string, 0, len(res))
+	for n := range res {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s=%d", n, res[n])
+	}
+	return strings.Join(parts, " ")
+}
+
+// oneLine keeps a table row on one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

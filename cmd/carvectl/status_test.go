@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/carve-dev/carve/agent"
+	"github.com/carve-dev/carve/configs"
+)
+
+func gpuNode(name string, labels, annotations map[string]string, alloc map[string]int64) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations}}
+	n.Status.Allocatable = corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"),
+	}
+	for k, v := range alloc {
+		n.Status.Allocatable[corev1.ResourceName(k)] = *resource.NewQuantity(v, resource.DecimalSI)
+	}
+	return n
+}
+
+func annotation(t *testing.T, p agent.Partition) map[string]string {
+	t.Helper()
+	s, err := p.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{agent.AnnotationPartition: s}
+}
+
+// statusNodes is a cluster with one node of each kind status must show.
+func statusNodes(t *testing.T) []runtime.Object {
+	return []runtime.Object{
+		gpuNode("gpu-a", map[string]string{
+			agent.LabelState: agent.StateSuccess, agent.LabelApplied: "balanced", agent.LabelSource: "rule", "pool": "inference",
+		}, annotation(t, agent.Partition{Profile: "balanced", ProfileHash: "abc", State: agent.StateSuccess, Generation: 3,
+			GPUs: []agent.GPURecord{{Index: 0, UUID: "GPU-0", Model: "H100-80GB", MIGMode: "enabled"}}}),
+			map[string]int64{"nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/gpu": 4}),
+		gpuNode("gpu-b", map[string]string{
+			agent.LabelState: agent.StateFailed, agent.LabelApplied: "full", agent.LabelSource: "label", configs.LabelProfile: "split",
+		}, annotation(t, agent.Partition{Profile: "full", State: agent.StateFailed, Generation: 7,
+			LastError: "profile split: GPUs 4-7 are not on this node\n(it has GPUs 0-3)"}),
+			map[string]int64{"nvidia.com/gpu": 4}),
+		gpuNode("gpu-c", map[string]string{
+			agent.LabelState: agent.StateSuccess, agent.LabelApplied: "full", agent.LabelSource: "window",
+			agent.LabelWindow: "nightly-training", "pool": "inference",
+		}, nil, map[string]int64{"nvidia.com/gpu": 8}),
+		gpuNode("gpu-d", map[string]string{agent.LabelState: agent.StatePending},
+			map[string]string{agent.AnnotationPartition: `{"profile": "full",`}, nil),
+		gpuNode("cpu-only", map[string]string{"pool": "inference"}, nil, nil),
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	tests := []struct {
+		name      string
+		selector  string
+		wantLines map[string][]string // node -> substrings of its row
+		wantNot   []string
+	}{
+		{
+			name:     "all nodes",
+			selector: "",
+			wantLines: map[string][]string{
+				"gpu-a": {"rule", "balanced", "success", "gpu=4 mig-1g.10gb=14 mig-3g.40gb=2"},
+				"gpu-b": {"label", "split", "full", "failed", "gpu=4", "profile split: GPUs 4-7 are not on this node (it has GPUs 0-3)"},
+				"gpu-c": {"window nightly-training", "full", "success", "gpu=8"},
+				"gpu-d": {"pending", "decode carve.dev/partition annotation"},
+			},
+			wantNot: []string{"cpu-only"},
+		},
+		{
+			name:     "selector",
+			selector: "pool=inference",
+			wantLines: map[string][]string{
+				"gpu-a": {"balanced"},
+				"gpu-c": {"window nightly-training"},
+			},
+			wantNot: []string{"cpu-only", "gpu-b", "gpu-d"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(statusNodes(t)...)
+			var out strings.Builder
+			if err := status(context.Background(), cs, "https://test", tc.selector, "table", &out); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+			if !strings.HasPrefix(lines[0], "NODE") {
+				t.Errorf("header: %q", lines[0])
+			}
+			if got, want := len(lines)-1, len(tc.wantLines); got != want {
+				t.Errorf("%d rows, want %d:\n%s", got, want, out.String())
+			}
+			rows := map[string]string{}
+			for _, l := range lines[1:] {
+				rows[strings.Fields(l)[0]] = l
+			}
+			for node, subs := range tc.wantLines {
+				row, ok := rows[node]
+				if !ok {
+					t.Errorf("no row for %s:\n%s", node, out.String())
+					continue
+				}
+				for _, s := range subs {
+					if !strings.Contains(row, s) {
+						t.Errorf("row %q lacks %q", row, s)
+					}
+				}
+			}
+			for _, s := range tc.wantNot {
+				if strings.Contains(out.String(), s) {
+					t.Errorf("output shows %q:\n%s", s, out.String())
+				}
+			}
+		})
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	cs := fake.NewClientset(statusNodes(t)...)
+	var out strings.Builder
+	if err := status(context.Background(), cs, "https://test", "", "json", &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []nodeStatus
+	if err := json.Unmarshal([]byte(out.String()), &rows); err != nil {
+		t.Fatalf("decode: %v\n%s", err, out.String())
+	}
+	byNode := map[string]nodeStatus{}
+	for _, r := range rows {
+		byNode[r.Node] = r
+	}
+	if len(rows) != 4 {
+		t.Errorf("%d rows, want 4 (cpu-only excluded)", len(rows))
+	}
+	a := byNode["gpu-a"]
+	if a.Partition == nil || a.Partition.Generation != 3 || a.Partition.GPUs[0].UUID != "GPU-0" {
+		t.Errorf("gpu-a partition: %+v", a.Partition)
+	}
+	if a.Resources["mig-1g.10gb"] != 14 || a.Applied != "balanced" || a.Source != "rule" {
+		t.Errorf("gpu-a: %+v", a)
+	}
+	if b := byNode["gpu-b"]; !strings.Contains(b.LastError, "GPUs 4-7") || b.Pinned != "split" || b.State != agent.StateFailed {
+		t.Errorf("gpu-b: %+v", b)
+	}
+	if c := byNode["gpu-c"]; c.Window != "nightly-training" || c.Partition != nil {
+		t.Errorf("gpu-c: %+v", c)
+	}
+	if d := byNode["gpu-d"]; d.AnnotationError == "" || d.Partition != nil {
+		t.Errorf("gpu-d: %+v", d)
+	}
+}
+
+func TestStatusCommand(t *testing.T) {
+	var gotKubeconfig string
+	newClient := func(kubeconfig string) (kubernetes.Interface, string, error) {
+		gotKubeconfig = kubeconfig
+		return fake.NewClientset(statusNodes(t)...), "https://test", nil
+	}
+	carvectl := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := runWith(args, &out, &errb, newClient)
+		return code, out.String(), errb.String()
+	}
+	code, stdout, stderr := carvectl("status", "--kubeconfig", "/k", "-o", "json", "--selector", "pool=inference")
+	if code != 0 || gotKubeconfig != "/k" {
+		t.Fatalf("exit %d, kubeconfig %q, stderr %s", code, gotKubeconfig, stderr)
+	}
+	var rows []nodeStatus
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil || len(rows) != 2 {
+		t.Errorf("rows %v, err %v:\n%s", rows, err, stdout)
+	}
+	// A failed node still exits 0.
+	if code, stdout, _ := carvectl("status"); code != 0 || !strings.Contains(stdout, "failed") {
+		t.Errorf("exit %d:\n%s", code, stdout)
+	}
+	for _, args := range [][]string{{"status", "-o", "yaml"}, {"status", "--selector", "=x"}, {"status", "extra"}} {
+		if code, _, stderr := carvectl(args...); code != 2 || stderr == "" {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}
+
+func TestStatusUnreachable(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	const cfg = `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1"}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+users:
+- name: u
+  user: {token: t}
+`
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := carvectl("status", "--kubeconfig", kc)
+	if code != 2 || !strings.Contains(stderr, "https://127.0.0.1:1") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = carvectl("status", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
+	if code != 2 || !strings.Contains(stderr, "kubeconfig") {
+		t.Errorf("missing kubeconfig: exit %d, stderr %q", code, stderr)
+	}
+}
