@@ -1,0 +1,432 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/carve-dev/carve/test/cluster"
+)
+
+const (
+	deployDir      = "../../configs/deploy"
+	exampleProfile = "../../configs/examples/profiles.yaml"
+	deployNS       = "carve-system"
+	deploySA       = "carve-agent"
+	profilesCM     = "carve-profiles"
+)
+
+// renderDeploy renders configs/deploy as `kubectl apply -k` would, with the
+// kubectl the test cluster was built with.
+func renderDeploy(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	cacheDir, err := cluster.DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The cluster is up, so its binaries are built: this only finds them.
+	bins, err := cluster.EnsureBinaries(ctx, io.Discard, cacheDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bins.Kubectl, "kustomize", deployDir)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v: %s", deployDir, err, stderr.String())
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		o := &unstructured.Unstructured{}
+		if err := dec.Decode(&o.Object); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("kubectl kustomize %s: decode: %v", deployDir, err)
+		}
+		if len(o.Object) > 0 {
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+func findObject(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// TestDeployConfigMapMatchesExample: the sample ConfigMap's source,
+// configs/deploy/profiles.yaml (kustomize loads no file outside its
+// directory), is configs/examples/profiles.yaml byte for byte, so the two
+// cannot drift. Needs no cluster; TestDeployManifestsOnAPIServer checks the
+// rendered ConfigMap too.
+func TestDeployConfigMapMatchesExample(t *testing.T) {
+	want, err := os.ReadFile(exampleProfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(deployDir, "profiles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("configs/deploy/profiles.yaml differs from configs/examples/profiles.yaml; run: cp configs/examples/profiles.yaml configs/deploy/profiles.yaml")
+	}
+	var k struct {
+		ConfigMapGenerator []struct {
+			Name    string   `json:"name"`
+			Files   []string `json:"files"`
+			Options struct {
+				DisableNameSuffixHash bool `json:"disableNameSuffixHash"`
+			} `json:"options"`
+		} `json:"configMapGenerator"`
+	}
+	raw, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.Unmarshal(raw, &k); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.ConfigMapGenerator) != 1 || k.ConfigMapGenerator[0].Name != profilesCM ||
+		len(k.ConfigMapGenerator[0].Files) != 1 || k.ConfigMapGenerator[0].Files[0] != "profiles.yaml" ||
+		!k.ConfigMapGenerator[0].Options.DisableNameSuffixHash {
+		t.Errorf("kustomization.yaml: want one configMapGenerator %s from files [profiles.yaml] with disableNameSuffixHash, got %+v", profilesCM, k.ConfigMapGenerator)
+	}
+}
+
+// renderedConfigMapMatchesExample checks the rendered sample ConfigMap.
+func renderedConfigMapMatchesExample(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	want, err := os.ReadFile(exampleProfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := findObject(objs, "ConfigMap", profilesCM)
+	if cm == nil {
+		return // reported by the caller
+	}
+	if cm.GetNamespace() != deployNS {
+		t.Errorf("ConfigMap %s in namespace %q, want %q", profilesCM, cm.GetNamespace(), deployNS)
+	}
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	if len(data) != 1 || data["profiles.yaml"] != string(want) {
+		t.Errorf("rendered ConfigMap %s/%s: data keys %d, data[profiles.yaml] equal to %s: %v", deployNS, profilesCM, len(data), exampleProfile, data["profiles.yaml"] == string(want))
+	}
+}
+
+// TestDeployManifestsOnAPIServer applies every object configs/deploy renders
+// to the real kube-apiserver with a server-side dry run (schema, defaulting
+// and admission), then creates the Namespace, ServiceAccount and RBAC for
+// real and checks that the ServiceAccount may do exactly what the agent
+// does and nothing more.
+func TestDeployManifestsOnAPIServer(t *testing.T) {
+	c := suite.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
+	objs := renderDeploy(t)
+	renderedConfigMapMatchesExample(t, objs)
+	checkDaemonSet(t, objs)
+	for _, want := range []struct{ kind, name string }{
+		{"Namespace", deployNS}, {"ServiceAccount", deploySA}, {"Role", deploySA}, {"RoleBinding", deploySA},
+		{"ClusterRole", deploySA}, {"ClusterRoleBinding", deploySA}, {"DaemonSet", deploySA}, {"ConfigMap", profilesCM},
+	} {
+		if findObject(objs, want.kind, want.name) == nil {
+			t.Errorf("configs/deploy renders no %s %s", want.kind, want.name)
+		}
+	}
+	if len(objs) != 8 {
+		t.Errorf("configs/deploy renders %d objects, want 8", len(objs))
+	}
+
+	resource := func(o *unstructured.Unstructured) dynamic.ResourceInterface {
+		t.Helper()
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+		}
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			return dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		}
+		return dyn.Resource(m.Resource)
+	}
+	create := func(o *unstructured.Unstructured, dryRun bool) error {
+		opts := metav1.CreateOptions{FieldManager: "carve-e2e", FieldValidation: "Strict"}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err := resource(o).Create(ctx, o.DeepCopy(), opts)
+		return err
+	}
+
+	// The Namespace first: namespaced objects, even in a dry run, need it.
+	ns := findObject(objs, "Namespace", deployNS)
+	if ns == nil {
+		t.FailNow()
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{}); err == nil {
+		t.Fatalf("namespace %s already exists; a previous run did not clean up", deployNS)
+	}
+	if err := create(ns, true); err != nil {
+		t.Fatalf("dry run Namespace %s: %v", deployNS, err)
+	}
+	var created []*unstructured.Unstructured
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for i := len(created) - 1; i >= 0; i-- {
+			o := created[i]
+			if err := resource(o).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("clean up %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+		// Namespace deletion is asynchronous: wait, so the next run starts clean.
+		for {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Errorf("namespace %s still there after clean up: %v", deployNS, err)
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
+	if err := create(ns, false); err != nil {
+		t.Fatalf("create Namespace %s: %v", deployNS, err)
+	}
+	created = append(created, ns)
+	for _, o := range objs {
+		if o == ns {
+			continue
+		}
+		if err := create(o, true); err != nil {
+			t.Errorf("server-side dry run of %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	// Everything but the DaemonSet for real: the RBAC checks need the
+	// ServiceAccount, roles and bindings, and the watch check the ConfigMap.
+	for _, o := range objs {
+		if o == ns || o.GetKind() == "DaemonSet" {
+			continue
+		}
+		if err := create(o, false); err != nil {
+			t.Fatalf("create %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		created = append(created, o)
+	}
+
+	user := "system:serviceaccount:" + deployNS + ":" + deploySA
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNS, "system:authenticated"}
+	type access struct {
+		verb, group, resource, sub, ns, name string
+	}
+	allowed := func(a access) bool {
+		t.Helper()
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.sub, Namespace: a.ns, Name: a.name,
+			},
+		}}
+		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("SubjectAccessReview %+v: %v", a, err)
+		}
+		return got.Status.Allowed
+	}
+	node := c.NodeName()
+	must := []access{
+		{"get", "", "nodes", "", "", node},
+		{"list", "", "nodes", "", "", node},
+		{"watch", "", "nodes", "", "", node},
+		{"patch", "", "nodes", "", "", node},
+		{"get", "", "configmaps", "", deployNS, profilesCM},
+		{"list", "", "configmaps", "", deployNS, profilesCM},
+		{"watch", "", "configmaps", "", deployNS, profilesCM},
+		{"create", "", "events", "", "default", ""},
+		{"patch", "", "events", "", "default", ""},
+		{"create", "", "pods", "eviction", "default", "some-pod"},
+	}
+	mustNot := []access{
+		{"delete", "", "nodes", "", "", node},
+		{"update", "", "nodes", "", "", node},
+		{"create", "", "nodes", "", "", ""},
+		{"patch", "", "nodes", "status", "", node},
+		{"get", "", "secrets", "", deployNS, "any"},
+		{"list", "", "secrets", "", deployNS, ""},
+		{"get", "", "secrets", "", "kube-system", "any"},
+		{"get", "", "configmaps", "", deployNS, "other"},
+		{"list", "", "configmaps", "", deployNS, ""},
+		{"watch", "", "configmaps", "", deployNS, ""},
+		{"get", "", "configmaps", "", "kube-system", profilesCM},
+		{"update", "", "configmaps", "", deployNS, profilesCM},
+		{"patch", "", "configmaps", "", deployNS, profilesCM},
+		{"delete", "", "configmaps", "", deployNS, profilesCM},
+		{"get", "", "pods", "", "default", ""},
+		{"list", "", "pods", "", "", ""},
+		{"delete", "", "pods", "", "default", "some-pod"},
+		{"delete", "", "events", "", "default", ""},
+		{"create", "events.k8s.io", "events", "", "default", ""},
+		{"create", "", "serviceaccounts", "token", deployNS, deploySA},
+	}
+	// The first review may race the RBAC cache; wait until the binding shows.
+	deadline := time.Now().Add(30 * time.Second)
+	for !allowed(must[0]) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, a := range must {
+		if !allowed(a) {
+			t.Errorf("%s may not %+v; the agent needs it", user, a)
+		}
+	}
+	for _, a := range mustNot {
+		if allowed(a) {
+			t.Errorf("%s may %+v; the agent does not need it", user, a)
+		}
+	}
+
+	// The informers' real requests, as the ServiceAccount: a list and a
+	// watch of the ConfigMap with the field selector metadata.name, which
+	// the Role's resourceNames allows, and a plain list, which it does not.
+	cfg := c.RESTConfig()
+	cfg.Impersonate.UserName = user
+	cfg.Impersonate.Groups = groups
+	as, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", profilesCM).String()}
+	l, err := as.CoreV1().ConfigMaps(deployNS).List(ctx, byName)
+	if err != nil {
+		t.Errorf("list ConfigMaps %s with %s as %s: %v", deployNS, byName.FieldSelector, user, err)
+	} else if len(l.Items) != 1 {
+		t.Errorf("list ConfigMaps %s with %s: %d items, want 1", deployNS, byName.FieldSelector, len(l.Items))
+	}
+	w, err := as.CoreV1().ConfigMaps(deployNS).Watch(ctx, byName)
+	if err != nil {
+		t.Errorf("watch ConfigMaps %s with %s as %s: %v", deployNS, byName.FieldSelector, user, err)
+	} else {
+		w.Stop()
+	}
+	if _, err := as.CoreV1().ConfigMaps(deployNS).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("list all ConfigMaps in %s as %s: err %v, want Forbidden", deployNS, user, err)
+	}
+	nodeByName := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", node).String()}
+	if _, err := as.CoreV1().Nodes().List(ctx, nodeByName); err != nil {
+		t.Errorf("list Nodes with %s as %s: %v", nodeByName.FieldSelector, user, err)
+	}
+}
+
+// checkDaemonSet checks the rendered DaemonSet against what the agent needs:
+// the image entry, NODE_NAME from the downward API, known flags, the
+// kubelet and state hostPaths, probes on the metrics port, node-critical
+// priority and the GPU taint toleration.
+func checkDaemonSet(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	u := findObject(objs, "DaemonSet", deploySA)
+	if u == nil {
+		return // reported by the caller
+	}
+	var ds appsv1.DaemonSet
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, &ds, true); err != nil {
+		t.Fatalf("DaemonSet: %v", err)
+	}
+	pod := ds.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("DaemonSet has %d containers, want 1", len(pod.Containers))
+	}
+	ctr := pod.Containers[0]
+	if ctr.Image != "carve-agent:latest" {
+		t.Errorf("image %q, want carve-agent:latest (the kustomization's images: entry)", ctr.Image)
+	}
+	if pod.ServiceAccountName != deploySA || pod.PriorityClassName != "system-node-critical" {
+		t.Errorf("serviceAccountName %q priorityClassName %q", pod.ServiceAccountName, pod.PriorityClassName)
+	}
+	nodeName := false
+	for _, e := range ctr.Env {
+		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
+			nodeName = true
+		}
+	}
+	if !nodeName {
+		t.Error("no env NODE_NAME from fieldRef spec.nodeName")
+	}
+	known := map[string]bool{"node-name": true, "kubeconfig": true, "config-map": true, "gpus": true, "sim-state": true,
+		"device-plugin-dir": true, "pod-resources-socket": true, "state-dir": true, "metrics-addr": true, "log-level": true}
+	for _, a := range append(append([]string{}, ctr.Command...), ctr.Args...) {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !known[name] {
+			t.Errorf("argument %q is not a carve-agent flag", a)
+		}
+	}
+	paths := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			paths[v.HostPath.Path] = true
+		}
+	}
+	for _, p := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources", "/var/lib/carve"} {
+		if !paths[p] {
+			t.Errorf("no hostPath volume %s", p)
+		}
+	}
+	for what, pr := range map[string]*corev1.Probe{"/healthz": ctr.LivenessProbe, "/readyz": ctr.ReadinessProbe} {
+		if pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != what || pr.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("probe %s: %+v", what, pr)
+		}
+	}
+	if len(ctr.Ports) != 1 || ctr.Ports[0].Name != "metrics" || ctr.Ports[0].ContainerPort != 9465 {
+		t.Errorf("ports %+v, want metrics 9465", ctr.Ports)
+	}
+	tolerated := false
+	for _, tol := range pod.Tolerations {
+		if tol.Key == "nvidia.com/gpu" && tol.Operator == corev1.TolerationOpExists && tol.Effect == corev1.TaintEffectNoSchedule {
+			tolerated = true
+		}
+	}
+	if !tolerated {
+		t.Error("no toleration for the nvidia.com/gpu NoSchedule taint")
+	}
+}
