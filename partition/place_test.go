@@ -391,36 +391,7 @@ func bruteForce(m partition.Model, counts map[string]int) bool {
 	if compute > m.ComputeSlices || me > 1 {
 		return false
 	}
-	used := make([]bool, m.MemorySlices)
-	var try func(i int) bool
-	try = func(i int) bool {
-		if i == len(inst) {
-			return true
-		}
-		for _, pl := range inst[i].Placements {
-			free := true
-			for s := pl.Start; s < pl.Start+pl.Size; s++ {
-				if s >= len(used) || used[s] {
-					free = false
-				}
-			}
-			if !free {
-				continue
-			}
-			for s := pl.Start; s < pl.Start+pl.Size; s++ {
-				used[s] = true
-			}
-			ok := try(i + 1)
-			for s := pl.Start; s < pl.Start+pl.Size; s++ {
-				used[s] = false
-			}
-			if ok {
-				return true
-			}
-		}
-		return false
-	}
-	return try(0)
+	return bruteForceAround(m, counts, make([]bool, m.MemorySlices))
 }
 
 // multisets lists every multiset of m's profiles with each count up to the

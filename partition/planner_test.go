@@ -528,7 +528,9 @@ func maxKeepable(m partition.Model, have []partition.Instance, want map[string]i
 	return best
 }
 
-// bruteForceAround is bruteForce with some slices already taken.
+// bruteForceAround reports whether the instances fit in the slices not yet
+// used, trying every placement of each (no limits checked: bruteForce does
+// that before calling it with nothing used).
 func bruteForceAround(m partition.Model, counts map[string]int, used []bool) bool {
 	var inst []partition.GIProfile
 	for _, p := range m.Profiles {
@@ -544,7 +546,7 @@ func bruteForceAround(m partition.Model, counts map[string]int, used []bool) boo
 		for _, pl := range inst[i].Placements {
 			free := true
 			for s := pl.Start; s < pl.End(); s++ {
-				free = free && !used[s]
+				free = free && s < len(used) && !used[s]
 			}
 			if !free {
 				continue

@@ -26,26 +26,10 @@ func testResources() timeslice.Resources {
 	}
 }
 
-// counterValue reads one counter of a registry.
+// counterValue reads one counter of a registry by its resource label.
 func counterValue(t *testing.T, reg *prometheus.Registry, name, resource string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "resource" && l.GetValue() == resource {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return counterValueLabel(t, reg, name, "resource", resource)
 }
 
 func TestAllocate(t *testing.T) {
