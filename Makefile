@@ -43,10 +43,14 @@ test: lint unit fuzz e2e
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
-## demo: the main job on the embedded default
-demo:
-	$(GO) run ./cmd/carvectl validate -f configs/examples/profiles.yaml --gpus sim:dgx-h100
-	$(GO) run ./cmd/carvectl plan -f configs/examples/profiles.yaml --profile balanced --gpus sim:dgx-h100 -o table
+## demo: the main job on the embedded default: a local real cluster, carve-agent
+##       on a simulated DGX H100, the example profiles, whole GPUs -> balanced
+##       MIG -> time-sliced (needs root; the first run builds Kubernetes)
+demo: build $(BIN)/carve-demo
+	$(BIN)/carve-demo --agent $(BIN)/carve-agent --profiles configs/examples/profiles.yaml --gpus sim:dgx-h100 $(DEMO_FLAGS)
+
+$(BIN)/carve-demo: FORCE
+	cd test && $(GO) build -o ../$(BIN)/carve-demo ./cmd/carve-demo
 
 ## cluster-up / cluster-down: a local single-node Kubernetes to play with
 $(BIN)/carve-cluster: FORCE

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
 )
@@ -20,6 +21,11 @@ type Partition struct {
 	Profile string `json:"profile"`
 	// ProfileHash is configs.File.ProfileHash of Profile.
 	ProfileHash string `json:"profileHash"`
+	// Selected is the profile in force for the node and why: the profile
+	// the agent is reaching for, which differs from Profile while a change
+	// is pending, draining or failed. Nil when nothing is selected (no
+	// profile applies to the node, or the file was rejected).
+	Selected *SelectedProfile `json:"selected,omitempty"`
 	// State is the node's state, as in the carve.dev/state label.
 	State string `json:"state"`
 	// Generation counts the changes of the content (everything but
@@ -31,6 +37,27 @@ type Partition struct {
 	LastError string `json:"lastError,omitempty"`
 	// GPUs are the node's GPUs, by index.
 	GPUs []GPURecord `json:"gpus"`
+}
+
+// SelectedProfile is the profile selected for the node and why, in the
+// annotation.
+type SelectedProfile struct {
+	// Profile is the selected profile.
+	Profile string `json:"profile"`
+	// Source is why it is in force: window, label, rule or default
+	// (configs.SourceWindow and the others).
+	Source string `json:"source"`
+	// Window is the active window's name when Source is window.
+	Window string `json:"window,omitempty"`
+}
+
+// SelectedFrom returns the annotation's record of a selection, nil when
+// nothing is selected.
+func SelectedFrom(sel configs.Selection) *SelectedProfile {
+	if sel.Source == configs.SourceNone || sel.Source == "" || sel.Profile == "" {
+		return nil
+	}
+	return &SelectedProfile{Profile: sel.Profile, Source: sel.Source, Window: sel.Window}
 }
 
 // GPURecord is one GPU in the annotation.

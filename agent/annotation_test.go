@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
 )
@@ -49,23 +50,52 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 }
 
 func TestPartitionEncodeStable(t *testing.T) {
-	p := Partition{Profile: "balanced", ProfileHash: "abc", State: StateSuccess, Generation: 3, LastTransition: "2026-01-02T03:04:05Z",
-		GPUs: []GPURecord{{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{{Profile: "7g.80gb", GIID: 0, UUID: "MIG-x", Replicas: 1, Placement: partition.Placement{Size: 8}}}}}}
-	a, err := p.Encode()
-	if err != nil {
-		t.Fatal(err)
+	gpus := []GPURecord{{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{{Profile: "7g.80gb", GIID: 0, UUID: "MIG-x", Replicas: 1, Placement: partition.Placement{Size: 8}}}}}
+	const gpusJSON = `"gpus":[{"index":0,"uuid":"GPU-a","model":"H100-80GB","migMode":"enabled","instances":[{"profile":"7g.80gb","placement":{"start":0,"size":8},"giID":0,"uuid":"MIG-x","replicas":1}]}]`
+	tests := []struct {
+		name string
+		p    Partition
+		want string
+	}{
+		{
+			name: "nothing selected",
+			p:    Partition{Profile: "balanced", ProfileHash: "abc", State: StateSuccess, Generation: 3, LastTransition: "2026-01-02T03:04:05Z", GPUs: gpus},
+			want: `{"profile":"balanced","profileHash":"abc","state":"success","generation":3,"lastTransition":"2026-01-02T03:04:05Z",` + gpusJSON + `}`,
+		},
+		{
+			name: "selected by a label",
+			p: Partition{Profile: "balanced", ProfileHash: "abc", Selected: &SelectedProfile{Profile: "small", Source: "label"}, State: StateDraining,
+				Generation: 4, LastTransition: "2026-01-02T03:04:05Z", GPUs: gpus},
+			want: `{"profile":"balanced","profileHash":"abc","selected":{"profile":"small","source":"label"},"state":"draining","generation":4,"lastTransition":"2026-01-02T03:04:05Z",` + gpusJSON + `}`,
+		},
+		{
+			name: "selected by a window",
+			p: Partition{Profile: "balanced", ProfileHash: "abc", Selected: &SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}, State: StatePending,
+				Generation: 5, LastTransition: "2026-01-02T03:04:05Z", GPUs: gpus},
+			want: `{"profile":"balanced","profileHash":"abc","selected":{"profile":"full","source":"window","window":"nightly"},"state":"pending","generation":5,"lastTransition":"2026-01-02T03:04:05Z",` + gpusJSON + `}`,
+		},
 	}
-	const want = `{"profile":"balanced","profileHash":"abc","state":"success","generation":3,"lastTransition":"2026-01-02T03:04:05Z","gpus":[{"index":0,"uuid":"GPU-a","model":"H100-80GB","migMode":"enabled","instances":[{"profile":"7g.80gb","placement":{"start":0,"size":8},"giID":0,"uuid":"MIG-x","replicas":1}]}]}`
-	if a != want {
-		t.Fatalf("Encode =\n%s\nwant\n%s", a, want)
-	}
-	back, err := DecodePartition(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := back.Encode()
-	if a != b {
-		t.Fatalf("decode+encode changed the bytes:\n%s\n%s", a, b)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := tt.p.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a != tt.want {
+				t.Fatalf("Encode =\n%s\nwant\n%s", a, tt.want)
+			}
+			back, err := DecodePartition(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(back, tt.p) {
+				t.Fatalf("decoded %+v, want %+v", back, tt.p)
+			}
+			b, _ := back.Encode()
+			if a != b {
+				t.Fatalf("decode+encode changed the bytes:\n%s\n%s", a, b)
+			}
+		})
 	}
 	if empty, _ := (Partition{}).Encode(); empty != `{"profile":"","profileHash":"","state":"","generation":0,"lastTransition":"","gpus":[]}` {
 		t.Fatalf("empty record encodes as %s", empty)
@@ -78,9 +108,19 @@ func TestPartitionEncodeStable(t *testing.T) {
 func TestNext(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.FixedZone("X", 3600))
 	t1 := t0.Add(time.Hour)
-	base := Partition{Profile: "full", State: StateSuccess, GPUs: []GPURecord{{Index: 0, UUID: "GPU-a"}}}
+	base := Partition{Profile: "full", State: StateSuccess, Selected: &SelectedProfile{Profile: "full", Source: "default"}, GPUs: []GPURecord{{Index: 0, UUID: "GPU-a"}}}
 	changed := base
 	changed.State = StateDraining
+	sameSelection := base
+	sameSelection.Selected = &SelectedProfile{Profile: "full", Source: "default"} // another pointer, same content
+	otherSource := base
+	otherSource.Selected = &SelectedProfile{Profile: "full", Source: "label"}
+	otherProfile := base
+	otherProfile.Selected = &SelectedProfile{Profile: "small", Source: "default"}
+	otherWindow := base
+	otherWindow.Selected = &SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}
+	noSelection := base
+	noSelection.Selected = nil
 	prev := Next(nil, base, t0)
 	tests := []struct {
 		name     string
@@ -93,12 +133,38 @@ func TestNext(t *testing.T) {
 		{"first record", nil, base, t0, 1, "2026-01-01T09:00:00Z"},
 		{"same content keeps generation and time", &prev, base, t1, 1, "2026-01-01T09:00:00Z"},
 		{"changed content bumps", &prev, changed, t1, 2, "2026-01-01T10:00:00Z"},
+		{"same selection keeps generation and time", &prev, sameSelection, t1, 1, "2026-01-01T09:00:00Z"},
+		{"selection source alone changed bumps", &prev, otherSource, t1, 2, "2026-01-01T10:00:00Z"},
+		{"selected profile alone changed bumps", &prev, otherProfile, t1, 2, "2026-01-01T10:00:00Z"},
+		{"window alone changed bumps", &prev, otherWindow, t1, 2, "2026-01-01T10:00:00Z"},
+		{"selection gone bumps", &prev, noSelection, t1, 2, "2026-01-01T10:00:00Z"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Next(tt.prev, tt.next, tt.now)
 			if got.Generation != tt.wantGen || got.LastTransition != tt.wantTime {
 				t.Fatalf("Next = generation %d at %s, want %d at %s", got.Generation, got.LastTransition, tt.wantGen, tt.wantTime)
+			}
+		})
+	}
+}
+
+func TestSelectedFrom(t *testing.T) {
+	tests := []struct {
+		name string
+		sel  configs.Selection
+		want *SelectedProfile
+	}{
+		{"nothing selected", configs.Selection{Source: configs.SourceNone, Rule: -1}, nil},
+		{"zero selection", configs.Selection{}, nil},
+		{"default", configs.Selection{Profile: "full", Source: configs.SourceDefault, Rule: -1}, &SelectedProfile{Profile: "full", Source: "default"}},
+		{"rule", configs.Selection{Profile: "balanced", Source: configs.SourceRule, Rule: 2}, &SelectedProfile{Profile: "balanced", Source: "rule"}},
+		{"window", configs.Selection{Profile: "full", Source: configs.SourceWindow, Window: "nightly", Rule: -1}, &SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := SelectedFrom(tt.sel); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("SelectedFrom(%+v) = %+v, want %+v", tt.sel, got, tt.want)
 			}
 		})
 	}

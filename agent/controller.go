@@ -62,6 +62,11 @@ type Controller struct {
 	ready atomic.Bool
 }
 
+// MaxRetryBackoff caps the exponential backoff (from 500 ms) after a
+// reconcile failed, e.g. while the API server is unreachable: the node's
+// record catches up at most this long after the API server is back.
+const MaxRetryBackoff = 30 * time.Second
+
 // queueKey is the one key of the work queue: every change leads to the same
 // reconcile of the whole node.
 const queueKey = "node"
@@ -100,7 +105,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	cms := cmFactory.Core().V1().ConfigMaps().Informer()
 
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 2*time.Minute),
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, MaxRetryBackoff),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "carve-agent"})
 	defer q.ShutDown()
 	enqueue := func(any) { q.Add(queueKey) }

@@ -6,36 +6,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/carve-dev/carve/timeslice"
 )
-
-// metricValue returns the value of the counter or gauge with one label set to value, or -1.
-func metricValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					switch {
-					case m.Counter != nil:
-						return m.GetCounter().GetValue()
-					case m.Gauge != nil:
-						return m.GetGauge().GetValue()
-					}
-				}
-			}
-		}
-	}
-	return -1
-}
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -55,21 +29,42 @@ func TestMetrics(t *testing.T) {
 	res.State, res.Resources = StateSuccess, timeslice.Resources{"nvidia.com/gpu": make([]timeslice.Device, 2)}
 	m.observe(res, nil)
 
-	tests := []struct {
-		name, label, value string
-		want               float64
+	// The series on the registry, before any is read below (reading a
+	// child of a vector creates it).
+	counts := []struct {
+		name string
+		want int
 	}{
-		{"carve_agent_reconciles_total", "result", "draining", 1},
-		{"carve_agent_reconciles_total", "result", "success", 1},
-		{"carve_agent_reconciles_total", "result", "error", 1},
-		{"carve_agent_state", "state", "success", 1},
-		{"carve_agent_state", "state", "draining", 0},
-		{"carve_agent_devices_advertised", "resource", "nvidia.com/gpu", 2},
-		{"carve_agent_devices_advertised", "resource", "nvidia.com/mig-1g.10gb", -1}, // gone
+		{"carve_agent_reconciles_total", 3},       // draining, error, success
+		{"carve_agent_apply_duration_seconds", 1}, // one histogram
+		{"carve_agent_state", len(allStates())},   // one per state
+		{"carve_agent_devices_advertised", 1},     // nvidia.com/mig-1g.10gb is gone
 	}
-	for _, tt := range tests {
-		if got := metricValue(t, reg, tt.name, tt.label, tt.value); got != tt.want {
-			t.Errorf("%s{%s=%q} = %v, want %v", tt.name, tt.label, tt.value, got, tt.want)
+	for _, c := range counts {
+		got, err := testutil.GatherAndCount(reg, c.name)
+		if err != nil {
+			t.Fatalf("gather %s: %v", c.name, err)
+		}
+		if got != c.want {
+			t.Errorf("%s: %d series, want %d", c.name, got, c.want)
+		}
+	}
+
+	values := []struct {
+		name string
+		c    prometheus.Collector
+		want float64
+	}{
+		{`carve_agent_reconciles_total{result="draining"}`, m.reconciles.WithLabelValues("draining"), 1},
+		{`carve_agent_reconciles_total{result="success"}`, m.reconciles.WithLabelValues("success"), 1},
+		{`carve_agent_reconciles_total{result="error"}`, m.reconciles.WithLabelValues("error"), 1},
+		{`carve_agent_state{state="success"}`, m.state.WithLabelValues(StateSuccess), 1},
+		{`carve_agent_state{state="draining"}`, m.state.WithLabelValues(StateDraining), 0},
+		{`carve_agent_devices_advertised{resource="nvidia.com/gpu"}`, m.devices.WithLabelValues("nvidia.com/gpu"), 2},
+	}
+	for _, v := range values {
+		if got := testutil.ToFloat64(v.c); got != v.want {
+			t.Errorf("%s = %v, want %v", v.name, got, v.want)
 		}
 	}
 	var nilMetrics *Metrics

@@ -88,8 +88,8 @@ type Input struct {
 type Result struct {
 	// State is one of the State constants.
 	State string
-	// Selection is the profile in force and why (zero when the file was
-	// rejected).
+	// Selection is the profile in force and why (Source configs.SourceNone
+	// when the file was rejected or no profile selects the node).
 	Selection configs.Selection
 	// Labels are the owned node labels, all of them (see MetadataPatch).
 	Labels map[string]string
@@ -236,9 +236,13 @@ func (r *Reconciler) retryInterval() time.Duration {
 // GPUs, plan with the devices in use, withdraw what will go and re-check
 // it is free, apply with checkpoints, advertise, and say what to record.
 // A rejected file, an unknown profile or an unrealisable one never touches
-// the GPUs. It returns an error, with nothing to record, only when the
-// GPUs cannot be read or the in-use devices cannot be learnt; the caller
-// retries with backoff.
+// the GPUs. The file is rejected only when it is broken for every node
+// (schema, or geometry that fits no known GPU model); a selected profile
+// that does not fit this node's GPUs is unrealisable here (state failed,
+// Event ProfileUnrealisable), and profiles not selected do not matter, so
+// that one file can serve a fleet of mixed nodes. It returns an error, with
+// nothing to record, only when the GPUs cannot be read or the in-use
+// devices cannot be learnt; the caller retries with backoff.
 func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
 	log := r.logger()
 	var o outcome
@@ -262,7 +266,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
 			reject = errors.New("no profile file")
 		}
 	default:
-		if err := f.Validate(node.Geometry(), node.ConfigGPUs()); err != nil {
+		// The file is checked as a whole without this node's GPUs: on a
+		// mixed fleet it holds profiles meant for other nodes. Only the
+		// profile selected is checked on the GPUs, below.
+		if err := f.Validate(node.FleetGeometry(), nil); err != nil {
 			reject, rejectReason = err, ReasonConfigRejected
 		} else if sel, err = f.Select(in.Labels, in.Now); err != nil {
 			reject, rejectReason = err, ReasonConfigRejected
@@ -281,6 +288,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
 		return r.finish(ctx, &o, in, node, sel, r.appliedSharing(), nil)
 	}
 
+	if err := f.ValidateProfile(sel.Profile, node.Geometry(), node.ConfigGPUs()); err != nil {
+		return r.unrealisable(ctx, &o, in, node, sel, err)
+	}
 	assignments, err := f.Resolve(sel.Profile, node.ConfigGPUs())
 	if err != nil {
 		return r.unrealisable(ctx, &o, in, node, sel, err)
@@ -594,7 +604,7 @@ func (r *Reconciler) finishHiding(ctx context.Context, o *outcome, in Input, nod
 	if o.err != nil {
 		lastErr = oneLine(o.err.Error())
 	}
-	rec := Partition{Profile: applied, ProfileHash: hash, State: o.state, LastError: lastErr, GPUs: GPURecords(node.GPUs, res, sharing)}
+	rec := Partition{Profile: applied, ProfileHash: hash, Selected: SelectedFrom(sel), State: o.state, LastError: lastErr, GPUs: GPURecords(node.GPUs, res, sharing)}
 	out := Result{
 		State:      o.state,
 		Selection:  sel,

@@ -407,11 +407,20 @@ func TestReconcileRejectedConfigTouchesNoGPU(t *testing.T) {
 		cfgErr  error
 		profile string
 		reason  string
+		// selected is the profile the annotation records as selected; ""
+		// for a rejected file, which selects nothing.
+		selected string
 	}{
 		{name: "parse error", cfgErr: errors.New("profiles.yaml: line 3: unknown field \"profles\""), reason: ReasonConfigRejected},
 		{name: "impossible geometry", yaml: strings.Replace(testProfiles, "{1g.10gb: 7}", "{1g.10gb: 8}", 1), profile: "small", reason: ReasonConfigRejected},
+		// A profile that fits no GPU model at all makes the file broken,
+		// whichever profile the node selects.
+		{name: "impossible geometry in a profile not selected", yaml: strings.Replace(testProfiles, "{1g.10gb: 7}", "{1g.10gb: 8}", 1), profile: "balanced", reason: ReasonConfigRejected},
+		{name: "MIG profile no model has, not selected", yaml: testProfiles + "  odd:\n    - gpus: all\n      mig: {9g.99gb: 1}\n", profile: "balanced", reason: ReasonConfigRejected},
 		{name: "label names an unknown profile", yaml: testProfiles, profile: "no-such", reason: ReasonConfigRejected},
-		{name: "GPU index the node lacks", yaml: testProfiles + "  odd:\n    - gpus: [5]\n      mig: {7g.80gb: 1}\n", profile: "odd", reason: ReasonConfigRejected},
+		// A selected profile that does not fit this node is unrealisable
+		// here, not a broken file (TestReconcileMixedFleet).
+		{name: "GPU index the node lacks", yaml: testProfiles + "  odd:\n    - gpus: [5]\n      mig: {7g.80gb: 1}\n", profile: "odd", reason: ReasonUnrealisable, selected: "odd"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -450,7 +459,174 @@ func TestReconcileRejectedConfigTouchesNoGPU(t *testing.T) {
 			if res.Annotation.LastError == "" || res.Err == nil {
 				t.Fatal("no last error recorded")
 			}
+			if got := selectedProfile(res.Annotation); got != tt.selected {
+				t.Fatalf("annotation selects %q, want %q", got, tt.selected)
+			}
 		})
+	}
+}
+
+// selectedProfile is the profile an annotation records as selected, "" when
+// none.
+func selectedProfile(p Partition) string {
+	if p.Selected == nil {
+		return ""
+	}
+	return p.Selected.Profile
+}
+
+// mixedFleetProfiles is a file for a fleet of nodes of different sizes and
+// models: split needs 8 GPUs, a100 MIG profiles only an A100 has. Both are
+// valid for the fleet, neither fits a node of 4 H100s.
+const mixedFleetProfiles = `version: v1
+defaultProfile: full
+profiles:
+  full:
+    - gpus: all
+  h100:
+    - gpus: all
+      mig: {3g.40gb: 2}
+  split:
+    - gpus: [0, 1, 2, 3]
+      mig: {1g.10gb: 7}
+    - gpus: [4, 5, 6, 7]
+      timeSlicing: {replicas: 2, renameShared: true}
+  a100:
+    - gpus: all
+      mig: {1g.5gb: 7}
+rules:
+  - nodeSelector: {pool: big}
+    profile: split
+`
+
+// On a mixed fleet, the profiles a node does not select do not matter to
+// it; the one it selects must fit its GPUs, or it is unrealisable there and
+// the GPUs are left alone.
+func TestReconcileMixedFleet(t *testing.T) {
+	tests := []struct {
+		name      string
+		profile   string            // carve.dev/profile label, "" for none
+		labels    map[string]string // further node labels
+		wantState string
+		wantOps   bool
+		// wantSelected is the annotation's selection: profile/source.
+		wantSelected string
+		// wantMessage are substrings of the ProfileUnrealisable Event.
+		wantMessage []string
+	}{
+		{name: "unselected profiles name GPUs 4-7 and A100 profiles", wantState: StateSuccess, wantSelected: "full/default"},
+		{name: "selected profile fits", profile: "h100", wantState: StateSuccess, wantOps: true, wantSelected: "h100/label"},
+		{name: "selected profile names GPUs 4-7", profile: "split", wantState: StateFailed, wantSelected: "split/label",
+			wantMessage: []string{"profile split cannot be realised", "profiles.split[1].gpus: GPUs 4-7 are not on this node (it has GPUs 0-3)"}},
+		{name: "profile with GPUs 4-7 selected by a rule", labels: map[string]string{"pool": "big"}, wantState: StateFailed, wantSelected: "split/rule",
+			wantMessage: []string{"profile split cannot be realised", "GPUs 4-7 are not on this node"}},
+		{name: "selected profile of another model", profile: "a100", wantState: StateFailed, wantSelected: "a100/label",
+			wantMessage: []string{"profile a100 cannot be realised", "1g.5gb is not a MIG profile of H100-80GB (GPUs 0-3)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*4")
+			f := h.parse(mixedFleetProfiles)
+			if res := h.reconcile(f, nil, ""); res.State != StateSuccess || res.Labels[LabelApplied] != "full" {
+				t.Fatalf("setup: state %s applied %q: %v", res.State, res.Labels[LabelApplied], res.Err)
+			}
+			before, beforeRes := layout(h.gpus()), h.adv.counts()
+			h.m.ResetOpLog()
+			for k, v := range tt.labels {
+				h.labels[k] = v
+			}
+
+			res := h.reconcile(f, nil, tt.profile)
+			if res.State != tt.wantState {
+				t.Fatalf("state %s, want %s: %v (events %v)", res.State, tt.wantState, res.Err, res.Events)
+			}
+			if hasEvent(res.Events, ReasonConfigRejected, true) {
+				t.Fatalf("file rejected: %v", res.Events)
+			}
+			if got := len(h.mutations()) > 0; got != tt.wantOps {
+				t.Fatalf("ops %v, want some: %v", h.mutations(), tt.wantOps)
+			}
+			sel := res.Annotation.Selected
+			if sel == nil || sel.Profile+"/"+sel.Source != tt.wantSelected {
+				t.Fatalf("annotation selected %+v, want %s", sel, tt.wantSelected)
+			}
+			if tt.wantState == StateSuccess {
+				return
+			}
+			var msg string
+			for _, e := range res.Events {
+				if e.Reason == ReasonUnrealisable && e.Warning {
+					msg = e.Message
+				}
+			}
+			if msg == "" {
+				t.Fatalf("events %v, want Warning %s", res.Events, ReasonUnrealisable)
+			}
+			for _, want := range tt.wantMessage {
+				if !strings.Contains(msg, want) {
+					t.Errorf("event %q lacks %q", msg, want)
+				}
+			}
+			if got := layout(h.gpus()); got != before {
+				t.Errorf("layout %s, want unchanged %s", got, before)
+			}
+			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(beforeRes) {
+				t.Errorf("advertised %v, want unchanged %v", got, beforeRes)
+			}
+			if res.Labels[LabelApplied] != "full" || res.Annotation.Profile != "full" {
+				t.Errorf("applied %q / %q, want the profile the node keeps", res.Labels[LabelApplied], res.Annotation.Profile)
+			}
+			if res.Annotation.LastError == "" || !strings.Contains(res.Annotation.LastError, tt.wantMessage[1]) {
+				t.Errorf("last error %q, want it to say %q", res.Annotation.LastError, tt.wantMessage[1])
+			}
+		})
+	}
+}
+
+// The annotation records the profile the node is reaching for while it is
+// not there yet, and a change of the selection alone is a change of the
+// content: the generation goes up.
+func TestReconcileRecordsSelection(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(testProfiles)
+	steps := []struct {
+		name        string
+		profile     string
+		setup       func(h *harness)
+		wantState   string
+		wantApplied string
+		wantSel     SelectedProfile
+		wantGen     int64
+	}{
+		{name: "default", wantState: StateSuccess, wantApplied: "full", wantSel: SelectedProfile{Profile: "full", Source: "default"}, wantGen: 1},
+		{name: "same again writes nothing new", wantState: StateSuccess, wantApplied: "full", wantSel: SelectedProfile{Profile: "full", Source: "default"}, wantGen: 1},
+		{name: "the same profile pinned: only the source changes", profile: "full", wantState: StateSuccess, wantApplied: "full",
+			wantSel: SelectedProfile{Profile: "full", Source: "label"}, wantGen: 2},
+		{name: "balanced applied", profile: "balanced", wantState: StateSuccess, wantApplied: "balanced",
+			wantSel: SelectedProfile{Profile: "balanced", Source: "label"}, wantGen: 3},
+		{name: "draining towards small", profile: "small", setup: func(h *harness) {
+			h.inUse.hold(h.migUUID(0, "3g.40gb"), "trainer")
+		}, wantState: StateDraining, wantApplied: "balanced", wantSel: SelectedProfile{Profile: "small", Source: "label"}, wantGen: 4},
+		// Still draining, but towards another profile: the selection
+		// alone changed.
+		{name: "draining towards shared-2", profile: "shared-2", wantState: StateDraining, wantApplied: "balanced",
+			wantSel: SelectedProfile{Profile: "shared-2", Source: "label"}, wantGen: 5},
+	}
+	for _, st := range steps {
+		if st.setup != nil {
+			st.setup(h)
+		}
+		res := h.reconcile(f, nil, st.profile)
+		a := res.Annotation
+		if res.State != st.wantState || a.Profile != st.wantApplied {
+			t.Fatalf("%s: state %s applied %q, want %s %q (%v)", st.name, res.State, a.Profile, st.wantState, st.wantApplied, res.Err)
+		}
+		if a.Selected == nil || *a.Selected != st.wantSel {
+			t.Fatalf("%s: selected %+v, want %+v", st.name, a.Selected, st.wantSel)
+		}
+		if a.Generation != st.wantGen {
+			t.Fatalf("%s: generation %d, want %d", st.name, a.Generation, st.wantGen)
+		}
 	}
 }
 
@@ -695,6 +871,9 @@ func TestReconcileMaintenanceWindows(t *testing.T) {
 			if !hasEvent(res.Events, ReasonPending, false) || res.Labels[LabelApplied] != tt.from {
 				t.Fatalf("events %v applied %q", reasons(res.Events), res.Labels[LabelApplied])
 			}
+			if got := selectedProfile(res.Annotation); got != tt.to || res.Annotation.Profile != tt.from {
+				t.Fatalf("annotation: applied %q selected %q while pending, want %q and %q", res.Annotation.Profile, got, tt.from, tt.to)
+			}
 			// In the window the change runs.
 			h.now = res.Requeue
 			if res := h.reconcile(f, nil, tt.to); res.State != StateSuccess || res.Labels[LabelApplied] != tt.to {
@@ -773,6 +952,9 @@ func TestReconcileWindowSelectsProfile(t *testing.T) {
 	if res.Labels[LabelApplied] != "shared-4" || res.Labels[LabelWindow] != "nightly" || res.Labels[LabelSource] != "window" {
 		t.Fatalf("in the window: labels %v", res.Labels)
 	}
+	if want := (SelectedProfile{Profile: "shared-4", Source: "window", Window: "nightly"}); res.Annotation.Selected == nil || *res.Annotation.Selected != want {
+		t.Fatalf("in the window: annotation selected %+v, want %+v", res.Annotation.Selected, want)
+	}
 	if want := time.Date(2026, 3, 3, 6, 0, 0, 0, time.UTC); !res.Requeue.Equal(want) {
 		t.Fatalf("requeue %v, want the window end %v", res.Requeue, want)
 	}
@@ -795,6 +977,9 @@ func TestReconcileNoProfileLeavesGPUs(t *testing.T) {
 	}
 	if _, ok := res.Labels[LabelApplied]; ok {
 		t.Fatalf("applied label %q without a profile", res.Labels[LabelApplied])
+	}
+	if res.Annotation.Selected != nil {
+		t.Fatalf("annotation selects %+v without a profile", res.Annotation.Selected)
 	}
 	if got := h.adv.counts()["nvidia.com/gpu"]; got != 1 {
 		t.Fatalf("advertised %v, want the whole GPU", h.adv.counts())
@@ -895,5 +1080,49 @@ func TestReconcileCheckpointFailureStopsApply(t *testing.T) {
 	res := h.reconcile(f, nil, "balanced")
 	if res.State != StateFailed || len(h.mutations()) != 0 {
 		t.Fatalf("state %s ops %v; want failed before any op", res.State, h.mutations())
+	}
+}
+
+// The whole file is checked on carve's catalogue, as carvectl validate
+// checks it, and on the models of this node's GPUs that the catalogue
+// lacks; the catalogue's version of a model wins.
+func TestFileGeometry(t *testing.T) {
+	b200 := partition.Model{Key: "B200-180GB", Product: "NVIDIA B200", MemoryMiB: 184320, MemorySlices: 8, ComputeSlices: 7,
+		Profiles: []partition.GIProfile{{ID: 0, Name: "7g.180gb", ComputeSlices: 7, MemorySlices: 8, MemoryMiB: 184320, MaxCount: 1,
+			Placements: []partition.Placement{{Start: 0, Size: 8}}}}}
+	// A device that reports an H100 with fewer profiles than the catalogue.
+	oddH100 := partition.Model{Key: "H100-80GB", Product: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, MemorySlices: 8, ComputeSlices: 7,
+		Profiles: []partition.GIProfile{{ID: 0, Name: "7g.80gb", ComputeSlices: 7, MemorySlices: 8, MemoryMiB: 81559, MaxCount: 1,
+			Placements: []partition.Placement{{Start: 0, Size: 8}}}}}
+	node := partition.Node{
+		GPUs:   []partition.GPU{{Index: 0, Model: "B200-180GB", Product: "NVIDIA B200", MIGCapable: true}, h100(1, "GPU-b")},
+		Models: map[int]partition.Model{0: b200, 1: oddH100},
+	}
+	tests := []struct {
+		name    string
+		entries string
+		wantErr string
+	}{
+		{"a model only this node knows", "    - gpus: all\n      model: B200\n      mig: {7g.180gb: 1}\n", ""},
+		{"the catalogue's H100 wins over the node's", "    - gpus: all\n      model: H100\n      mig: {1g.10gb: 7}\n", ""},
+		{"a model neither knows", "    - gpus: all\n      model: V100\n      mig: {1g.5gb: 1}\n", `"V100" matches no known GPU model`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := configs.Parse([]byte("version: v1\nprofiles:\n  p:\n" + tt.entries))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = f.Validate(node.FleetGeometry(), nil)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate = %v, want an error saying %q", err, tt.wantErr)
+			}
+		})
 	}
 }

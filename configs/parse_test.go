@@ -115,8 +115,16 @@ func TestParseExampleFile(t *testing.T) {
 			t.Errorf("example lacks profile %s", name)
 		}
 	}
-	if len(f.Rules) == 0 || len(f.Windows) < 2 || len(f.Maintenance) == 0 {
-		t.Errorf("example lacks rules, day/night windows or maintenance: %+v", f)
+	if len(f.Rules) == 0 || len(f.Windows) < 2 {
+		t.Errorf("example lacks rules or day/night windows: %+v", f)
+	}
+	// Disruptive changes run at once by default; the maintenance windows
+	// are a commented-out block that must be valid once uncommented.
+	if len(f.Maintenance) != 0 {
+		t.Errorf("example restricts disruptive changes to maintenance windows: %+v", f.Maintenance)
+	}
+	if m := mustParse(t, uncommentBlock(t, string(data), "# maintenance:")); len(m.Maintenance) != 2 {
+		t.Errorf("the commented maintenance block gives %d windows, want 2", len(m.Maintenance))
 	}
 	if f.Drain.Timeout != 20*time.Minute {
 		t.Errorf("drain %+v", f.Drain)
@@ -579,4 +587,27 @@ func TestParseCompactExample(t *testing.T) {
 	if err := f.Validate(newFakeGeometry(), dgxH100()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// uncommentBlock removes "# " from the line that is start and the comment
+// lines after it, up to the first line that is not a comment.
+func uncommentBlock(t *testing.T, data, start string) string {
+	t.Helper()
+	lines := strings.Split(data, "\n")
+	in, found := false, false
+	for i, l := range lines {
+		if l == start {
+			in, found = true, true
+		}
+		if in && !strings.HasPrefix(l, "#") {
+			in = false
+		}
+		if in {
+			lines[i] = strings.TrimPrefix(l, "# ")
+		}
+	}
+	if !found {
+		t.Fatalf("no line %q", start)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -29,15 +29,42 @@ func (f *File) Validate(g Geometry, gpus []GPU) error {
 	var ps problems
 	models := g.Models()
 	for _, name := range sortedKeys(f.Profiles) {
-		path := join(fieldProfiles, name)
-		entries := f.Profiles[name]
-		if gpus != nil {
-			checkNode(&ps, path, entries, g, models, gpus)
-		} else {
-			checkModels(&ps, path, entries, g, models)
-		}
+		checkProfile(&ps, name, f.Profiles[name], g, models, gpus)
 	}
 	return ps.err()
+}
+
+// ValidateProfile checks the MIG geometry of one profile as Validate checks
+// every profile: on the GPUs of a node when gpus is not nil, else on the
+// models of g. It reports the profile's problems as an *Error, and an
+// unknown profile as an *UnknownProfileError.
+//
+// On a fleet of mixed nodes a file holds profiles meant for other nodes (GPU
+// indices this node lacks, MIG profiles of another model), so an agent
+// validates the whole file without a node (Validate with gpus nil) and only
+// the profile it selects on its own GPUs.
+func (f *File) ValidateProfile(profile string, g Geometry, gpus []GPU) error {
+	if g == nil {
+		return fmt.Errorf("configs: validate profile %q: no geometry to check MIG profiles against", profile)
+	}
+	entries, ok := f.Profiles[profile]
+	if !ok {
+		return &UnknownProfileError{Name: profile, Known: sortedKeys(f.Profiles)}
+	}
+	var ps problems
+	checkProfile(&ps, profile, entries, g, g.Models(), gpus)
+	return ps.err()
+}
+
+// checkProfile validates the profile name: on a node's GPUs when gpus is not
+// nil, else on models.
+func checkProfile(ps *problems, name string, entries Profile, g Geometry, models []GPUModel, gpus []GPU) {
+	path := join(fieldProfiles, name)
+	if gpus != nil {
+		checkNode(ps, path, entries, g, models, gpus)
+		return
+	}
+	checkModels(ps, path, entries, g, models)
 }
 
 // entrySelects reports whether an entry selects a GPU: by index and, when

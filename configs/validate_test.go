@@ -163,6 +163,94 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// A mixed-fleet file: split names GPUs 4-7 and a100 holds A100-only MIG
+// profiles. Valid without a node; on a 4-GPU H100 node only the profiles
+// that fit it pass, each checked alone.
+const mixedFleet = `version: v1
+profiles:
+  full:
+    - gpus: all
+  split:
+    - gpus: [0, 1, 2, 3]
+      mig: {1g.10gb: 7}
+    - gpus: [4, 5, 6, 7]
+      timeSlicing: {replicas: 2}
+  a100:
+    - gpus: all
+      model: A100
+      mig: {1g.5gb: 7}
+  h100:
+    - gpus: all
+      mig: {3g.40gb: 2}
+`
+
+func TestValidateProfile(t *testing.T) {
+	h100x4 := nodeOf(4, "H100-80GB", "NVIDIA H100 80GB HBM3", true)
+	a100x4 := nodeOf(4, "A100-40GB", "NVIDIA A100-SXM4-40GB", true)
+	tests := []struct {
+		name    string
+		profile string
+		gpus    []GPU // nil: no node, check the models
+		want    []string
+		unknown bool
+	}{
+		{name: "whole GPUs fit any node", profile: "full", gpus: h100x4},
+		{name: "indices the node lacks", profile: "split", gpus: h100x4, want: []string{
+			"profiles.split[1].gpus: GPUs 4-7 are not on this node (it has GPUs 0-3)",
+		}},
+		{name: "indices the node lacks: fine without a node", profile: "split"},
+		{name: "1g.10gb x7 does not fit an A100-40GB", profile: "split", gpus: nodeOf(8, "A100-40GB", "NVIDIA A100-SXM4-40GB", true), want: []string{
+			"profiles.split[0].mig: 1g.10gb x7 cannot be placed on A100-40GB (GPUs 0-3): at most 4 1g.10gb per GPU",
+		}},
+		{name: "model filter selects no GPU of an H100 node", profile: "a100", gpus: h100x4},
+		{name: "A100 profile on an A100 node", profile: "a100", gpus: a100x4},
+		{name: "H100 geometry on an A100 node", profile: "h100", gpus: a100x4, want: []string{
+			"profiles.h100[0].mig: 3g.40gb is not a MIG profile of A100-40GB (GPUs 0-3)",
+		}},
+		{name: "unknown profile", profile: "nope", gpus: h100x4, unknown: true},
+	}
+	f := mustParse(t, mixedFleet)
+	if err := f.Validate(newFakeGeometry(), nil); err != nil {
+		t.Fatalf("Validate without a node: %v", err)
+	}
+	if err := f.Validate(newFakeGeometry(), h100x4); err == nil {
+		t.Fatal("Validate of every profile on a 4-GPU H100 node succeeded; the test file should not fit it whole")
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := f.ValidateProfile(tc.profile, newFakeGeometry(), tc.gpus)
+			if tc.unknown {
+				var uerr *UnknownProfileError
+				if !errors.As(err, &uerr) || uerr.Name != tc.profile {
+					t.Fatalf("ValidateProfile = %v, want *UnknownProfileError for %q", err, tc.profile)
+				}
+				return
+			}
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("ValidateProfile: %v", err)
+				}
+				return
+			}
+			var verr *Error
+			if !errors.As(err, &verr) {
+				t.Fatalf("ValidateProfile = %v, want *Error", err)
+			}
+			if len(verr.Problems) != len(tc.want) {
+				t.Fatalf("got %d problems, want %d:\n%v", len(verr.Problems), len(tc.want), err)
+			}
+			for i, w := range tc.want {
+				if got := verr.Problems[i].String(); !strings.HasPrefix(got, w) {
+					t.Errorf("problem %d = %q\nwant prefix %q", i, got, w)
+				}
+			}
+		})
+	}
+	if err := f.ValidateProfile("full", nil, h100x4); err == nil {
+		t.Error("ValidateProfile(nil geometry) succeeded")
+	}
+}
+
 func TestValidateNeedsGeometry(t *testing.T) {
 	f := mustParse(t, specExample)
 	if err := f.Validate(nil, nil); err == nil {

@@ -52,6 +52,22 @@ func (n Node) ConfigGPUs() []configs.GPU {
 	return out
 }
 
+// FleetGeometry is what a whole profile file is validated against on this
+// node: every model of the catalogue (as carvectl validate checks without
+// --gpus) and the node's models the catalogue lacks. A catalogue model wins
+// over a node model of the same key, so the verdict on the models carve
+// knows is the same on every node of a mixed fleet. Only the profile
+// selected for the node is then checked against Geometry.
+func (n Node) FleetGeometry() *Geometry {
+	models := Catalogue()
+	for _, g := range n.GPUs {
+		if m, ok := n.Models[g.Index]; ok {
+			models = append(models, m)
+		}
+	}
+	return NewGeometry(models)
+}
+
 // Geometry returns a configs.Geometry over the node's distinct models.
 func (n Node) Geometry() *Geometry {
 	seen := map[string]bool{}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -24,12 +25,6 @@ func testResources() timeslice.Resources {
 		sharedRes:             sharedGPUs(4, 4, 5, 6),
 		migRes:                migDevs(7, "1g.10gb", 2, 1, 2),
 	}
-}
-
-// counterValue reads one counter of a registry by its resource label.
-func counterValue(t *testing.T, reg *prometheus.Registry, name, resource string) float64 {
-	t.Helper()
-	return counterValueLabel(t, reg, name, "resource", resource)
 }
 
 func TestAllocate(t *testing.T) {
@@ -93,7 +88,7 @@ func TestAllocate(t *testing.T) {
 						t.Errorf("error %q does not mention %q", status.Convert(err).Message(), s)
 					}
 				}
-				if got := counterValue(t, reg, "carve_device_plugin_allocation_failures_total", tt.resource); got != 1 {
+				if got := testutil.ToFloat64(e.m.metrics.failures.WithLabelValues(tt.resource)); got != 1 {
 					t.Errorf("failure counter %v, want 1", got)
 				}
 				return
@@ -120,7 +115,7 @@ func TestAllocate(t *testing.T) {
 					t.Errorf("container %d: CDI %v, want %v", i, cdi, wantCDI)
 				}
 			}
-			if got := counterValue(t, reg, "carve_device_plugin_allocations_total", tt.resource); got != float64(len(tt.requests)) {
+			if got := testutil.ToFloat64(e.m.metrics.allocations.WithLabelValues(tt.resource)); got != float64(len(tt.requests)) {
 				t.Errorf("allocation counter %v, want %d", got, len(tt.requests))
 			}
 		})

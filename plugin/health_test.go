@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
@@ -121,7 +122,7 @@ func TestHealthXIDs(t *testing.T) {
 					t.Errorf("%s recovered after %v, before the quiet period %v", name, since, testQuiet)
 				}
 			}
-			if critical := counterValueLabel(t, reg, "carve_device_plugin_xid_events_total", "critical", "true"); critical != 1 {
+			if critical := testutil.ToFloat64(e.m.metrics.xids.WithLabelValues("true")); critical != 1 {
 				t.Errorf("critical XID counter %v, want 1", critical)
 			}
 		})
@@ -178,25 +179,4 @@ func TestHealthLoopSurvivesNVMLErrors(t *testing.T) {
 		t.Errorf("event set of the failed wait not closed")
 	}
 	// Run's cleanup checks that cancel stops the loop.
-}
-
-func counterValueLabel(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestOptionsDefaults(t *testing.T) {
@@ -62,7 +63,14 @@ func TestMetricsSharedRegistry(t *testing.T) {
 	}
 	a.metrics.allocations.WithLabelValues("r").Inc()
 	b.metrics.allocations.WithLabelValues("r").Inc()
-	if got := counterValue(t, reg, "carve_device_plugin_allocations_total", "r"); got != 2 {
+	if a.metrics.allocations != b.metrics.allocations {
+		t.Error("the second Manager made its own allocations counter instead of reusing the registered one")
+	}
+	if got := testutil.ToFloat64(b.metrics.allocations.WithLabelValues("r")); got != 2 {
 		t.Errorf("shared counter %v, want 2", got)
+	}
+	// One family on the registry, with the one series both incremented.
+	if n, err := testutil.GatherAndCount(reg, "carve_device_plugin_allocations_total"); err != nil || n != 1 {
+		t.Errorf("registry holds %d allocations series (err %v), want 1", n, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,13 +22,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/carve-dev/carve/agent"
 	"github.com/carve-dev/carve/partition"
@@ -47,6 +44,7 @@ type options struct {
 	podResourcesSocket string
 	stateDir           string
 	metricsAddr        string
+	cdi                bool
 	logLevel           slog.Level
 }
 
@@ -82,6 +80,15 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 		fs.StringVar(s.dst, s.name, def, fmt.Sprintf("%s [%s]", s.usage, s.env))
 	}
+	cdi := false
+	if v := getenv("CARVE_CDI"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return o, fmt.Errorf("CARVE_CDI=%q: want true or false", v)
+		}
+		cdi = b
+	}
+	fs.BoolVar(&o.cdi, "cdi", cdi, "also answer Allocate with CDI device names nvidia.com/gpu=<uuid> [CARVE_CDI]")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -148,23 +155,45 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
 
-func run(ctx context.Context, o options, log *slog.Logger) error {
+// ExitAfterOpsEnv names a fault-injection hook for crash tests: when set
+// to k, the agent exits with ExitAfterOpsCode right after the k-th NVML op
+// of its life is done and checkpointed, as if it had been killed there.
+const ExitAfterOpsEnv = "CARVE_FAULT_EXIT_AFTER_OPS"
+
+// ExitAfterOpsCode is the exit status of a stop caused by ExitAfterOpsEnv.
+const ExitAfterOpsCode = 86
+
+// exitAfterOps returns the AfterOp hook ExitAfterOpsEnv asks for, or nil.
+func exitAfterOps(v string, log *slog.Logger, exit func(int)) (func(int, int, partition.Op) error, error) {
+	if v == "" {
+		return nil, nil
+	}
+	k, err := strconv.Atoi(v)
+	if err != nil || k < 1 {
+		return nil, fmt.Errorf("%s=%q: want a count of ops >= 1", ExitAfterOpsEnv, v)
+	}
+	n := 0
+	return func(gpu, step int, op partition.Op) error {
+		n++
+		if n == k {
+			log.Warn("fault injection: exiting after an op", "env", ExitAfterOpsEnv, "ops", n, "gpu", gpu, "op", op.String())
+			exit(ExitAfterOpsCode)
+		}
+		return nil
+	}, nil
+}
+
+func run(ctx context.Context, o options, getenv func(string) string, log *slog.Logger) error {
+	afterOp, err := exitAfterOps(getenv(ExitAfterOpsEnv), log, os.Exit)
+	if err != nil {
+		return err
+	}
 	lib, err := openGPUs(o.gpus, o.simState)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = lib.Shutdown() }()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := agent.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	mgr, err := plugin.New(plugin.Options{DevicePluginDir: o.devicePluginDir, NVML: lib, Registerer: reg, Logger: log})
-	if err != nil {
-		return fmt.Errorf("device plugin: %w", err)
-	}
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("API access: %w", err)
@@ -173,45 +202,41 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	defer broadcaster.Shutdown()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "carve-agent", Host: o.nodeName})
-
-	ctrl := &agent.Controller{
-		Client: client, NodeName: o.nodeName,
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a, err := agent.New(agent.Config{
+		NodeName: o.nodeName, Client: client,
 		ConfigMapNamespace: o.configMapNamespace, ConfigMapName: o.configMapName,
-		Reconciler: &agent.Reconciler{
-			Lib: lib, InUse: plugin.NewPodResourcesClient(o.podResourcesSocket, 0), Devices: mgr,
-			Checkpoints: &agent.Checkpoints{Dir: o.stateDir}, Logger: log,
-		},
-		Events: recorder, Metrics: metrics, Logger: log,
+		GPUs: lib, DevicePluginDir: o.devicePluginDir, PodResourcesSocket: o.podResourcesSocket,
+		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
+	})
+	if err != nil {
+		return err
 	}
 
-	srv := &http.Server{Addr: o.metricsAddr, Handler: newServeMux(reg, ctrl.Ready), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 3)
+	srv := &http.Server{Addr: o.metricsAddr, Handler: newServeMux(reg, a.Ready), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
 	go func() {
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("metrics server on %s: %w", o.metricsAddr, err)
 		}
 	}()
-	go func() {
-		if err := mgr.Run(ctx); err != nil && ctx.Err() == nil {
-			errc <- fmt.Errorf("device plugin: %w", err)
-		}
-	}()
-	go func() { errc <- ctrl.Run(ctx) }()
-	log.Info("carve-agent started", "node", o.nodeName, "gpus", o.gpus, "configMap", o.configMapNamespace+"/"+o.configMapName)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	log.Info("carve-agent running", "gpus", o.gpus, "metrics", o.metricsAddr)
 
 	var runErr error
 	select {
-	case <-ctx.Done():
+	case runErr = <-done:
 	case runErr = <-errc:
+		cancel()
+		<-done
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
 	_ = srv.Shutdown(shutdown)
-	mgr.Stop()
 	return runErr
 }
 
@@ -228,7 +253,7 @@ func main() {
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, log); err != nil {
+	if err := run(ctx, o, os.Getenv, log); err != nil {
 		log.Error("carve-agent stopped", "err", err)
 		os.Exit(1)
 	}

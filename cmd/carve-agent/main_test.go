@@ -62,6 +62,27 @@ func TestParseOptions(t *testing.T) {
 		{name: "bad config map", args: []string{"--node-name", "n", "--config-map", "justname"}, wantErr: true},
 		{name: "bad gpus", args: []string{"--node-name", "n", "--gpus", "cuda"}, wantErr: true},
 		{name: "sim state with real GPUs", args: []string{"--node-name", "n", "--sim-state", "/x"}, wantErr: true},
+		{
+			name: "cdi",
+			args: []string{"--node-name", "n", "--cdi"},
+			check: func(t *testing.T, o options) {
+				if !o.cdi {
+					t.Fatal("--cdi did not enable CDI")
+				}
+			},
+		},
+		{
+			name: "cdi from the environment",
+			args: []string{"--node-name", "n"},
+			env:  map[string]string{"CARVE_CDI": "true"},
+			check: func(t *testing.T, o options) {
+				if !o.cdi {
+					t.Fatal("CARVE_CDI=true did not enable CDI")
+				}
+			},
+		},
+		{name: "bad cdi", args: []string{"--node-name", "n", "--cdi=maybe"}, wantErr: true},
+		{name: "bad cdi in the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_CDI": "maybe"}, wantErr: true},
 		{name: "bad log level", args: []string{"--node-name", "n", "--log-level", "loud"}, wantErr: true},
 		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantErr: true},
 		{name: "unknown flag", args: []string{"--node", "n"}, wantErr: true},
@@ -139,5 +160,33 @@ func TestServeMux(t *testing.T) {
 		if got := get(tt.path); got != tt.want {
 			t.Errorf("GET %s (ready %v) = %d, want %d", tt.path, tt.ready, got, tt.want)
 		}
+	}
+}
+
+func TestExitAfterOps(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, bad := range []string{"0", "-1", "x"} {
+		if _, err := exitAfterOps(bad, log, func(int) {}); err == nil {
+			t.Errorf("%s=%s accepted", ExitAfterOpsEnv, bad)
+		}
+	}
+	if hook, err := exitAfterOps("", log, func(int) {}); err != nil || hook != nil {
+		t.Fatalf("unset: hook %v, err %v; want neither", hook != nil, err)
+	}
+	var exited []int
+	hook, err := exitAfterOps("3", log, func(code int) { exited = append(exited, code) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		if err := hook(0, i, partition.Op{Kind: partition.OpCreateGI}); err != nil {
+			t.Fatal(err)
+		}
+		if want := i >= 3; (len(exited) > 0) != want {
+			t.Fatalf("after op %d: exited %v", i, exited)
+		}
+	}
+	if len(exited) != 1 || exited[0] != ExitAfterOpsCode {
+		t.Fatalf("exit calls %v, want exactly one with %d", exited, ExitAfterOpsCode)
 	}
 }

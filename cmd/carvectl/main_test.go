@@ -143,6 +143,19 @@ func TestPlanImpossible(t *testing.T) {
 	}
 }
 
+// TestPlanMixedFleet: the example's split profile names GPUs 4-7, which a
+// 4-GPU node lacks. Other profiles of the file still plan there, as the
+// agent applies them; split itself is refused with the reason.
+func TestPlanMixedFleet(t *testing.T) {
+	if code, out, _ := carvectl("plan", "-f", example, "--profile", "balanced", "--gpus", "sim:h100-80gb*4"); code != 0 {
+		t.Fatalf("balanced on 4 GPUs: exit %d: %s", code, out)
+	}
+	code, out, _ := carvectl("plan", "-f", example, "--profile", "split", "--gpus", "sim:h100-80gb*4")
+	if code != 1 || !strings.Contains(out, "profiles.split") {
+		t.Fatalf("split on 4 GPUs: exit %d: %s", code, out)
+	}
+}
+
 // TestPlanFromState saves a simulator state with the balanced profile
 // applied, then plans from it: the same profile needs nothing, and another
 // keeps what it can.

@@ -54,9 +54,13 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeFn()
-	// A file that is wrong anywhere is never planned, as the agent never
-	// applies it.
-	if err := f.Validate(node.Geometry(), node.ConfigGPUs()); err != nil {
+	// As the agent does: a file broken for every node is never planned;
+	// of the rest only the profile asked for must fit these GPUs (the file
+	// may hold profiles for other nodes of a mixed fleet).
+	if err := f.Validate(node.FleetGeometry(), nil); err != nil {
+		return reportProblems(*file, err, stdout)
+	}
+	if err := f.ValidateProfile(*profile, node.Geometry(), node.ConfigGPUs()); err != nil {
 		return reportProblems(*file, err, stdout)
 	}
 	assignments, err := f.Resolve(*profile, node.ConfigGPUs())

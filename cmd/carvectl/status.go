@@ -28,14 +28,14 @@ const nvidiaResourcePrefix = "nvidia.com/"
 // server gives a clear error instead of a hang.
 const statusTimeout = 20 * time.Second
 
-// newStatusClient builds the client for carvectl status from --kubeconfig,
-// else KUBECONFIG, else ~/.kube/config, else the in-cluster config (the
-// clientcmd loading rules), and returns it with the API server's URL. Tests
-// replace it.
 // statusClientFunc builds the Kubernetes client carvectl status uses and
 // returns the API server's URL for messages; tests pass a fake one.
 type statusClientFunc func(kubeconfig string) (kubernetes.Interface, string, error)
 
+// newStatusClient builds the client for carvectl status from --kubeconfig,
+// else KUBECONFIG, else ~/.kube/config, else the in-cluster config (the
+// clientcmd loading rules), and returns it with the API server's URL. Tests
+// replace it.
 func newStatusClient(kubeconfig string) (kubernetes.Interface, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
@@ -61,6 +61,9 @@ type nodeStatus struct {
 	Node string `json:"node"`
 	// Pinned is the node's carve.dev/profile label, the user's pin.
 	Pinned string `json:"pinned,omitempty"`
+	// Selected is the profile in force for the node, the one the agent is
+	// reaching for; "" when none is or it is not known.
+	Selected string `json:"selected,omitempty"`
 	// Source is why the profile is in force: window, label, rule, default.
 	Source string `json:"source,omitempty"`
 	// Window is the active window, "" outside windows.
@@ -124,9 +127,9 @@ func status(ctx context.Context, cs kubernetes.Interface, host, selector, output
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tRESOURCES\tLAST ERROR")
+	fmt.Fprintln(tw, "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tRESOURCES\tLAST ERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, orDash(selectedBy(r)), orDash(r.Pinned),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned),
 			orDash(r.Applied), orDash(r.State), orDash(compactResources(r.Resources)), orDash(oneLine(r.LastError)))
 	}
 	return tw.Flush()
@@ -181,7 +184,28 @@ func statusOf(n *corev1.Node) (nodeStatus, bool) {
 			r.LastError = p.LastError
 		}
 	}
+	if r.Partition != nil && r.Partition.Selected != nil {
+		sel := r.Partition.Selected
+		r.Selected, r.Source, r.Window = sel.Profile, sel.Source, sel.Window
+	} else {
+		r.Selected = selectedFromLabels(r)
+	}
 	return r, true
+}
+
+// selectedFromLabels guesses the selected profile from the labels, for an
+// annotation that does not record it (an agent older than the field, or an
+// unreadable annotation): the pin when the label selected it, else the
+// applied profile when the node is as wanted; "" when the labels cannot
+// tell.
+func selectedFromLabels(r nodeStatus) string {
+	switch {
+	case r.Source == configs.SourceLabel:
+		return r.Pinned
+	case r.Source != "" && r.State == agent.StateSuccess:
+		return r.Applied
+	}
+	return ""
 }
 
 // selectedBy says why the node's profile is in force: "window NAME",

@@ -42,6 +42,8 @@ func annotation(t *testing.T, p agent.Partition) map[string]string {
 }
 
 // statusNodes is a cluster with one node of each kind status must show.
+// gpu-a, gpu-c and gpu-f carry no selection in the annotation (an older
+// agent, or none): status falls back to the labels.
 func statusNodes(t *testing.T) []runtime.Object {
 	return []runtime.Object{
 		gpuNode("gpu-a", map[string]string{
@@ -52,6 +54,7 @@ func statusNodes(t *testing.T) []runtime.Object {
 		gpuNode("gpu-b", map[string]string{
 			agent.LabelState: agent.StateFailed, agent.LabelApplied: "full", agent.LabelSource: "label", configs.LabelProfile: "split",
 		}, annotation(t, agent.Partition{Profile: "full", State: agent.StateFailed, Generation: 7,
+			Selected:  &agent.SelectedProfile{Profile: "split", Source: "label"},
 			LastError: "profile split: GPUs 4-7 are not on this node\n(it has GPUs 0-3)"}),
 			map[string]int64{"nvidia.com/gpu": 4}),
 		gpuNode("gpu-c", map[string]string{
@@ -60,6 +63,18 @@ func statusNodes(t *testing.T) []runtime.Object {
 		}, nil, map[string]int64{"nvidia.com/gpu": 8}),
 		gpuNode("gpu-d", map[string]string{agent.LabelState: agent.StatePending},
 			map[string]string{agent.AnnotationPartition: `{"profile": "full",`}, nil),
+		// The annotation says why, whatever the labels say (here stale).
+		gpuNode("gpu-e", map[string]string{
+			agent.LabelState: agent.StateDraining, agent.LabelApplied: "balanced", agent.LabelSource: "rule",
+		}, annotation(t, agent.Partition{Profile: "balanced", State: agent.StateDraining, Generation: 9,
+			Selected: &agent.SelectedProfile{Profile: "small", Source: "window", Window: "nightly"}}),
+			map[string]int64{"nvidia.com/mig-1g.10gb": 4}),
+		// Pending on an older agent's annotation: the labels cannot tell
+		// what it waits for.
+		gpuNode("gpu-f", map[string]string{
+			agent.LabelState: agent.StatePending, agent.LabelApplied: "full", agent.LabelSource: "rule",
+		}, annotation(t, agent.Partition{Profile: "full", State: agent.StatePending, Generation: 2}),
+			map[string]int64{"nvidia.com/gpu": 8}),
 		gpuNode("cpu-only", map[string]string{"pool": "inference"}, nil, nil),
 	}
 }
@@ -69,7 +84,9 @@ func TestStatusTable(t *testing.T) {
 		name      string
 		selector  string
 		wantLines map[string][]string // node -> substrings of its row
-		wantNot   []string
+		// wantSelected is the SELECTED column, by node.
+		wantSelected map[string]string
+		wantNot      []string
 	}{
 		{
 			name:     "all nodes",
@@ -79,6 +96,11 @@ func TestStatusTable(t *testing.T) {
 				"gpu-b": {"label", "split", "full", "failed", "gpu=4", "profile split: GPUs 4-7 are not on this node (it has GPUs 0-3)"},
 				"gpu-c": {"window nightly-training", "full", "success", "gpu=8"},
 				"gpu-d": {"pending", "decode carve.dev/partition annotation"},
+				"gpu-e": {"window nightly", "balanced", "draining", "mig-1g.10gb=4"},
+				"gpu-f": {"rule", "full", "pending"},
+			},
+			wantSelected: map[string]string{
+				"gpu-a": "balanced", "gpu-b": "split", "gpu-c": "full", "gpu-d": "-", "gpu-e": "small", "gpu-f": "-",
 			},
 			wantNot: []string{"cpu-only"},
 		},
@@ -89,7 +111,8 @@ func TestStatusTable(t *testing.T) {
 				"gpu-a": {"balanced"},
 				"gpu-c": {"window nightly-training"},
 			},
-			wantNot: []string{"cpu-only", "gpu-b", "gpu-d"},
+			wantSelected: map[string]string{"gpu-a": "balanced", "gpu-c": "full"},
+			wantNot:      []string{"cpu-only", "gpu-b", "gpu-d", "gpu-e", "gpu-f"},
 		},
 	}
 	for _, tc := range tests {
@@ -106,9 +129,16 @@ func TestStatusTable(t *testing.T) {
 			if got, want := len(lines)-1, len(tc.wantLines); got != want {
 				t.Errorf("%d rows, want %d:\n%s", got, want, out.String())
 			}
+			if h := strings.Fields(lines[0]); len(h) < 2 || h[1] != "SELECTED" {
+				t.Errorf("header %q, want SELECTED second", lines[0])
+			}
 			rows := map[string]string{}
 			for _, l := range lines[1:] {
-				rows[strings.Fields(l)[0]] = l
+				f := strings.Fields(l)
+				rows[f[0]] = l
+				if want, ok := tc.wantSelected[f[0]]; ok && (len(f) < 2 || f[1] != want) {
+					t.Errorf("row %q: SELECTED %q, want %q", l, f[1], want)
+				}
 			}
 			for node, subs := range tc.wantLines {
 				row, ok := rows[node]
@@ -145,8 +175,27 @@ func TestStatusJSON(t *testing.T) {
 	for _, r := range rows {
 		byNode[r.Node] = r
 	}
-	if len(rows) != 4 {
-		t.Errorf("%d rows, want 4 (cpu-only excluded)", len(rows))
+	if len(rows) != 6 {
+		t.Errorf("%d rows, want 6 (cpu-only excluded)", len(rows))
+	}
+	selections := []struct {
+		node, selected, source, window string
+	}{
+		{"gpu-a", "balanced", "rule", ""},               // from the labels: success
+		{"gpu-b", "split", "label", ""},                 // from the annotation
+		{"gpu-c", "full", "window", "nightly-training"}, // no annotation
+		{"gpu-d", "", "", ""},                           // unreadable annotation, no labels
+		{"gpu-e", "small", "window", "nightly"},         // the annotation wins
+		{"gpu-f", "", "rule", ""},                       // pending: the labels cannot tell
+	}
+	for _, s := range selections {
+		r := byNode[s.node]
+		if r.Selected != s.selected || r.Source != s.source || r.Window != s.window {
+			t.Errorf("%s: selected %q by %q window %q, want %q by %q window %q", s.node, r.Selected, r.Source, r.Window, s.selected, s.source, s.window)
+		}
+	}
+	if e := byNode["gpu-e"]; e.Partition == nil || e.Partition.Selected == nil || e.Partition.Selected.Profile != "small" {
+		t.Errorf("gpu-e partition: %+v", e.Partition)
 	}
 	a := byNode["gpu-a"]
 	if a.Partition == nil || a.Partition.Generation != 3 || a.Partition.GPUs[0].UUID != "GPU-0" {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/plugin"
 	"github.com/carve-dev/carve/test/cluster"
+	"github.com/carve-dev/carve/test/harness"
 	"github.com/carve-dev/carve/timeslice"
 )
 
@@ -79,113 +79,34 @@ func expand(t *testing.T, gpus []partition.GPU, replicas int) timeslice.Resource
 	return res
 }
 
-// waitAllocatable waits until the node's allocatable has exactly these
-// counts for the named resources.
+// waitAllocatable waits until the node's non-zero nvidia.com resources are
+// exactly want.
 func waitAllocatable(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, want map[string]int64) {
 	t.Helper()
-	var last map[string]int64
-	err := poll(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return false, nil // the API server may be restarting
-		}
-		last = map[string]int64{}
-		for name := range want {
-			q := n.Status.Allocatable[corev1.ResourceName(name)]
-			last[name] = q.Value()
-		}
-		for name, v := range want {
-			if last[name] != v {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("allocatable: want %v, last seen %v: %v", want, last, err)
+	if _, err := harness.WaitAllocatable(ctx, cs, node, want, 90*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
-func poll(ctx context.Context, limit time.Duration, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	for {
-		ok, err := cond(ctx)
-		if err != nil || ok {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("gave up after %s: %w", limit, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
-
-// devicePod asks for n devices of a resource and writes the devices it sees
-// to its termination message; with hold it sleeps first.
-func devicePod(name, res string, n int64, hold time.Duration) *corev1.Pod {
-	script := `printf "%s" "$NVIDIA_VISIBLE_DEVICES" > /dev/termination-log`
-	if hold > 0 {
-		script = fmt.Sprintf("sleep %d; %s", int(hold.Seconds()), script)
-	}
-	q := *resource.NewQuantity(n, resource.DecimalSI)
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			HostNetwork:                   true,
-			TerminationGracePeriodSeconds: new(int64),
-			Containers: []corev1.Container{{
-				Name:            "c",
-				Image:           cluster.BusyboxImage,
-				ImagePullPolicy: corev1.PullNever,
-				Command:         []string{"/bin/sh", "-c", script},
-				Resources: corev1.ResourceRequirements{
-					Limits: corev1.ResourceList{corev1.ResourceName(res): q},
-				},
-			}},
-		},
-	}
-}
-
+// createPod creates a pod and deletes it when the test ends.
 func createPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
 	t.Helper()
 	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s: %v", pod.Name, err)
 	}
 	t.Cleanup(func() {
-		zero := int64(0)
-		_ = cs.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		_ = poll(context.Background(), 60*time.Second, func(ctx context.Context) (bool, error) {
-			_, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-			return err != nil, nil
-		})
+		if err := harness.DeletePod(context.Background(), cs, pod.Namespace, pod.Name); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
 	})
 }
 
 // terminationMessage waits for the pod to succeed and returns its message.
 func terminationMessage(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) string {
 	t.Helper()
-	var msg string
-	var phase corev1.PodPhase
-	err := poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		phase = p.Status.Phase
-		if phase == corev1.PodFailed {
-			return false, fmt.Errorf("pod %s failed: %+v", name, p.Status)
-		}
-		if phase != corev1.PodSucceeded || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Terminated == nil {
-			return false, nil
-		}
-		msg = p.Status.ContainerStatuses[0].State.Terminated.Message
-		return true, nil
-	})
+	msg, err := harness.PodMessage(ctx, cs, metav1.NamespaceDefault, name, 3*time.Minute)
 	if err != nil {
-		t.Fatalf("pod %s (phase %s): %v", name, phase, err)
+		t.Fatal(err)
 	}
 	return msg
 }
@@ -224,7 +145,7 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 	}
 
 	t.Run("a pod asking for 2 MIG devices sees 2 distinct ones", func(t *testing.T) {
-		createPod(ctx, t, cs, devicePod("two-mig", mig1g, 2, 0))
+		createPod(ctx, t, cs, harness.DevicePod("two-mig", mig1g, 2, 0))
 		got := strings.Split(terminationMessage(ctx, t, cs, "two-mig"), ",")
 		if len(got) != 2 || got[0] == got[1] {
 			t.Fatalf("NVIDIA_VISIBLE_DEVICES = %v, want 2 distinct devices", got)
@@ -237,9 +158,9 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 	})
 
 	t.Run("a pod asking for more than exist stays Pending", func(t *testing.T) {
-		createPod(ctx, t, cs, devicePod("too-many", mig1g, 8, 0))
+		createPod(ctx, t, cs, harness.DevicePod("too-many", mig1g, 8, 0))
 		var reason string
-		err := poll(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
+		err := harness.Poll(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
 			p, err := cs.CoreV1().Pods("default").Get(ctx, "too-many", metav1.GetOptions{})
 			if err != nil {
 				return false, nil
@@ -261,10 +182,10 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 	})
 
 	t.Run("PodResources reports the devices a running pod holds", func(t *testing.T) {
-		createPod(ctx, t, cs, devicePod("holder", mig1g, 1, 120*time.Second))
+		createPod(ctx, t, cs, harness.DevicePod("holder", mig1g, 1, 120*time.Second))
 		client := plugin.NewPodResourcesClient(c.PodResourcesSocket(), 10*time.Second)
 		var inUse *plugin.InUse
-		err := poll(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
+		err := harness.Poll(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
 			u, err := client.InUse(ctx)
 			if err != nil {
 				return false, nil
@@ -299,7 +220,7 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 			t.Fatalf("restart kubelet: %v", err)
 		}
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7, gpu: 21})
-		createPod(ctx, t, cs, devicePod("after-restart", gpu, 2, 0))
+		createPod(ctx, t, cs, harness.DevicePod("after-restart", gpu, 2, 0))
 		got := strings.Split(terminationMessage(ctx, t, cs, "after-restart"), ",")
 		if len(got) < 1 || !strings.HasPrefix(got[0], "GPU-") {
 			t.Fatalf("NVIDIA_VISIBLE_DEVICES = %v after restart", got)

@@ -1,0 +1,163 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/plugin"
+)
+
+// Config is what an Agent is built from: cmd/carve-agent fills it from its
+// flags; tests fill it with a simulated machine and their own hooks.
+type Config struct {
+	// NodeName is the Node the agent owns (required).
+	NodeName string
+	// Client talks to the API server (required).
+	Client kubernetes.Interface
+	// ConfigMapNamespace and ConfigMapName name the profile ConfigMap
+	// (required).
+	ConfigMapNamespace, ConfigMapName string
+	// GPUs is the NVML, real or simulated, already initialised (required).
+	GPUs partition.NVML
+	// DevicePluginDir is the kubelet's device-plugin directory; default
+	// plugin's default.
+	DevicePluginDir string
+	// PodResourcesSocket is the kubelet's PodResources socket; default
+	// plugin.DefaultPodResourcesSocket.
+	PodResourcesSocket string
+	// StateDir keeps the checkpoint of the apply in progress; empty keeps
+	// none (crash safety is then lost: only for tests).
+	StateDir string
+	// CDI makes Allocate also answer CDI device names (nvidia.com/gpu=<uuid>).
+	CDI bool
+	// Registerer receives the agent's and the device plugin's metrics; nil
+	// registers none.
+	Registerer prometheus.Registerer
+	// Logger logs; default slog.Default().
+	Logger *slog.Logger
+	// Clock is the time profiles and windows are selected for; default
+	// time.Now. Tests move it to reach a window boundary quickly.
+	Clock func() time.Time
+	// AfterOp runs after each NVML op is done and checkpointed; an error
+	// stops the apply as a crash would. A fault-injection hook for tests.
+	AfterOp func(gpu, step int, op partition.Op) error
+	// DrainRetry is how often a change blocked by devices in use is
+	// retried; default DefaultDrainRetry.
+	DrainRetry time.Duration
+	// PluginRetryInterval is how often the device plugin retries a failed
+	// registration and checks its sockets; default plugin's default.
+	PluginRetryInterval time.Duration
+}
+
+// Agent is carve's node agent: the device-plugin servers and the
+// Controller that reconciles the Node, wired together.
+type Agent struct {
+	cfg    Config
+	ctrl   *Controller
+	plugin *plugin.Manager
+}
+
+// New builds an Agent; Run starts it.
+func New(cfg Config) (*Agent, error) {
+	switch {
+	case cfg.NodeName == "":
+		return nil, errors.New("agent: NodeName is required")
+	case cfg.Client == nil:
+		return nil, errors.New("agent: Client is required")
+	case cfg.ConfigMapNamespace == "" || cfg.ConfigMapName == "":
+		return nil, errors.New("agent: ConfigMap namespace and name are required")
+	case cfg.GPUs == nil:
+		return nil, errors.New("agent: GPUs is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PodResourcesSocket == "" {
+		cfg.PodResourcesSocket = plugin.DefaultPodResourcesSocket
+	}
+	mgr, err := plugin.New(plugin.Options{
+		DevicePluginDir: cfg.DevicePluginDir, NVML: cfg.GPUs, CDI: cfg.CDI,
+		Registerer: cfg.Registerer, Logger: cfg.Logger, RetryInterval: cfg.PluginRetryInterval,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: device plugin: %w", err)
+	}
+	var metrics *Metrics
+	if cfg.Registerer != nil {
+		if metrics, err = NewMetrics(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("agent: metrics: %w", err)
+		}
+	}
+	var cps *Checkpoints
+	if cfg.StateDir != "" {
+		cps = &Checkpoints{Dir: cfg.StateDir}
+	}
+	ctrl := &Controller{
+		Client: cfg.Client, NodeName: cfg.NodeName,
+		ConfigMapNamespace: cfg.ConfigMapNamespace, ConfigMapName: cfg.ConfigMapName,
+		Reconciler: &Reconciler{
+			Lib: cfg.GPUs, InUse: plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0), Devices: mgr,
+			Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, AfterOp: cfg.AfterOp, DrainRetry: cfg.DrainRetry,
+		},
+		Metrics: metrics, Clock: cfg.Clock, Logger: cfg.Logger,
+	}
+	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr}, nil
+}
+
+// Ready reports whether the agent has synced its caches and finished a
+// reconcile (the /readyz answer).
+func (a *Agent) Ready() bool { return a.ctrl.Ready() }
+
+// Run serves devices and reconciles until ctx ends (nil) or a part fails
+// for good (its error). The device plugin keeps serving while the API
+// server is unreachable; the Controller retries with backoff.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.cfg.Client.CoreV1().Events("")})
+	a.ctrl.Events = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "carve-agent", Host: a.cfg.NodeName})
+
+	errc := make(chan error, 2)
+	go func() {
+		err := a.plugin.Run(ctx)
+		if ctx.Err() == nil {
+			if err == nil {
+				err = errors.New("stopped unexpectedly")
+			}
+			errc <- fmt.Errorf("device plugin: %w", err)
+			return
+		}
+		errc <- nil
+	}()
+	go func() { errc <- a.ctrl.Run(ctx) }()
+	a.cfg.Logger.Info("carve-agent started", "node", a.cfg.NodeName,
+		"configMap", a.cfg.ConfigMapNamespace+"/"+a.cfg.ConfigMapName, "cdi", a.cfg.CDI)
+
+	var err error
+	got := 0
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		got++
+	}
+	cancel()
+	// Wait for the other part; what it says after the stop is not news.
+	for ; got < 2; got++ {
+		<-errc
+	}
+	a.plugin.Stop()
+	return err
+}

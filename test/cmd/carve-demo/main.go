@@ -1,0 +1,396 @@
+// Command carve-demo is `make demo`: it brings up the local single-node
+// Kubernetes (test/cluster), runs the carve-agent binary on simulated GPUs,
+// loads the example profiles, and switches the node through a list of
+// profiles by labelling it, running a pod at each step and printing what
+// an operator wants to see: how long the repartition took, the node's
+// allocatable, the carve labels, and the devices the pod was given.
+//
+//	carve-demo [--agent bin/carve-agent] [--profiles configs/examples/profiles.yaml]
+//	           [--gpus sim:dgx-h100] [--steps full,balanced,shared-4] [--keep]
+//
+// It must run as root (the kubelet does); the first run on a machine
+// builds Kubernetes (about 8 minutes).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/carve-dev/carve/agent"
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/test/cluster"
+	"github.com/carve-dev/carve/test/harness"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+const (
+	nodeName    = "carve-demo"
+	cmNamespace = "carve-system"
+	cmName      = "carve-profiles"
+	// metricsAddr is where the demo's agent serves /metrics.
+	metricsAddr = "127.0.0.1:9465"
+)
+
+// options are the demo's flags.
+type options struct {
+	agentBin, profiles, gpus string
+	steps                    []string
+	keep                     bool
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var steps string
+	fs := flag.NewFlagSet("carve-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.agentBin, "agent", "bin/carve-agent", "the carve-agent binary (make build)")
+	fs.StringVar(&o.profiles, "profiles", "configs/examples/profiles.yaml", "the profile file to load into the ConfigMap")
+	fs.StringVar(&o.gpus, "gpus", "sim:dgx-h100", "the simulated machine (sim:<machine>)")
+	fs.StringVar(&steps, "steps", "full,balanced,shared-4", "the profiles to switch through, in order")
+	fs.BoolVar(&o.keep, "keep", false, "leave the cluster and the agent running at the end, until Ctrl-C")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if !strings.HasPrefix(o.gpus, sim.Prefix) {
+		return o, fmt.Errorf("--gpus %q: the demo runs on simulated GPUs, sim:<machine>", o.gpus)
+	}
+	for _, s := range strings.Split(steps, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			o.steps = append(o.steps, s)
+		}
+	}
+	if len(o.steps) == 0 {
+		return o, errors.New("--steps: name at least one profile")
+	}
+	return o, nil
+}
+
+// demo is one run.
+type demo struct {
+	o         options
+	out       io.Writer
+	file      *configs.File
+	data      string
+	cs        kubernetes.Interface
+	statePath string
+	rows      []summaryRow
+}
+
+type summaryRow struct {
+	step, profile, inForce, gpuOps, allocatable string
+}
+
+func main() {
+	o, err := parseOptions(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "carve-demo:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "carve-demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	data, err := os.ReadFile(o.profiles)
+	if err != nil {
+		return err
+	}
+	f, err := configs.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", o.profiles, err)
+	}
+	for _, s := range o.steps {
+		if _, ok := f.Profiles[s]; !ok {
+			return fmt.Errorf("--steps: %s has no profile %q", o.profiles, s)
+		}
+	}
+	agentBin, err := filepath.Abs(o.agentBin)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(agentBin); err != nil {
+		return fmt.Errorf("--agent: %w (build it with make build)", err)
+	}
+	if err := cluster.Available(); err != nil {
+		return fmt.Errorf("the local cluster cannot run here: %w (run as root: sudo make demo)", err)
+	}
+	d := &demo{o: o, out: out, file: f, data: string(data)}
+	d.printf("carve demo: a real single-node Kubernetes %s with simulated GPUs (%s)\n\n", cluster.KubernetesVersion, o.gpus)
+
+	d.printf("[1/3] starting the local cluster (the first run on a machine builds Kubernetes, about 8 minutes)\n")
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(startCtx, cluster.Options{NodeName: nodeName, Log: indent(out, "      "), HandleSignals: true, Owner: "carve-demo"})
+	if err != nil {
+		return fmt.Errorf("start the cluster: %w", err)
+	}
+	defer func() {
+		d.printf("\nstopping the cluster\n")
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "carve-demo: stop the cluster:", err)
+		}
+	}()
+	d.cs = c.Clientset()
+	d.printf("      node %s Ready in %s\n\n", c.NodeName(), c.StartupTime().Round(100*time.Millisecond))
+
+	d.printf("[2/3] profiles: %s -> ConfigMap %s/%s\n", o.profiles, cmNamespace, cmName)
+	if err := harness.ApplyProfiles(ctx, d.cs, cmNamespace, cmName, d.data); err != nil {
+		return err
+	}
+	names := slices.Sorted(maps.Keys(f.Profiles))
+	d.printf("      %d profiles: %s; default %s\n\n", len(names), strings.Join(names, ", "), f.DefaultProfile)
+
+	work, err := os.MkdirTemp("", "carve-demo-")
+	if err != nil {
+		return err
+	}
+	d.statePath = filepath.Join(work, "sim-state.json")
+	logPath := filepath.Join(work, "agent.log")
+	args := []string{
+		"--node-name", c.NodeName(), "--kubeconfig", c.Kubeconfig(), "--config-map", cmNamespace + "/" + cmName,
+		"--gpus", o.gpus, "--sim-state", d.statePath, "--state-dir", filepath.Join(work, "state"),
+		"--device-plugin-dir", c.DevicePluginDir(), "--pod-resources-socket", c.PodResourcesSocket(),
+		"--metrics-addr", metricsAddr,
+	}
+	d.printf("[3/3] carve-agent %s\n", strings.Join(args, " "))
+	d.printf("      log: %s\n", logPath)
+	started := time.Now()
+	proc, err := harness.Start(agentBin, args, nil, logPath)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if code, err := proc.Stop(); err != nil || code != 0 {
+			fmt.Fprintf(os.Stderr, "carve-demo: carve-agent stopped with code %d (%v); log %s\n", code, err, logPath)
+		}
+	}()
+	n, err := harness.WaitState(ctx, d.cs, c.NodeName(), agent.StateSuccess, "", 2*time.Minute)
+	if err != nil {
+		return d.agentFailed(proc, logPath, err)
+	}
+	d.printf("      ready in %s: profile %s (%s) in force\n", time.Since(started).Round(10*time.Millisecond),
+		n.Labels[agent.LabelApplied], n.Labels[agent.LabelSource])
+
+	for i, profile := range o.steps {
+		if err := d.step(ctx, i+1, profile); err != nil {
+			if proc.Exited() {
+				return d.agentFailed(proc, logPath, err)
+			}
+			return fmt.Errorf("step %d (%s): %w (agent log: %s)", i+1, profile, err, logPath)
+		}
+	}
+	d.summary()
+	if o.keep {
+		d.printf("\nthe cluster and carve-agent keep running; in another shell:\n")
+		d.printf("  export KUBECONFIG=%s\n", c.Kubeconfig())
+		d.printf("  kubectl label node %s carve.dev/profile=all-1g --overwrite    # or use bin/carve-cluster kubectl ...\n", c.NodeName())
+		d.printf("  go run ./cmd/carvectl status --kubeconfig %s\n", c.Kubeconfig())
+		d.printf("Ctrl-C stops everything.\n")
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func (d *demo) agentFailed(proc *harness.Process, logPath string, err error) error {
+	if proc.Exited() {
+		code, _ := proc.Wait(0)
+		return fmt.Errorf("carve-agent exited with code %d; its log (%s) ends:\n%s", code, logPath, harness.Tail(logPath, 20))
+	}
+	return fmt.Errorf("%w (agent log: %s)", err, logPath)
+}
+
+func (d *demo) printf(format string, args ...any) { fmt.Fprintf(d.out, format, args...) }
+
+// step labels the node with a profile, waits for it to be in force, and
+// shows the node and a pod's devices.
+func (d *demo) step(ctx context.Context, i int, profile string) error {
+	d.printf("\n━━ step %d of %d: profile %s ━━\n", i, len(d.o.steps), profile)
+	since := time.Now()
+	if err := harness.SetNodeLabels(ctx, d.cs, nodeName, map[string]string{"carve.dev/profile": profile}); err != nil {
+		return err
+	}
+	d.printf("  kubectl label node %s carve.dev/profile=%s\n", nodeName, profile)
+	n, err := harness.WaitNode(ctx, d.cs, nodeName, 5*time.Minute, "profile "+profile+" in force", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelApplied] == profile && n.Labels[agent.LabelSource] == "label" &&
+			n.Labels[agent.LabelState] == agent.StateSuccess
+	})
+	if err != nil {
+		return err
+	}
+	inForce := time.Since(since)
+	gpuOps := "none needed"
+	if ev, err := harness.WaitEvent(ctx, d.cs, nodeName, agent.ReasonRepartitioned, "profile "+profile+" ", since, 10*time.Second); err == nil {
+		gpuOps = opsSummary(ev.Message)
+	}
+	d.printf("  repartition: in force %s after the label; MIG operations: %s\n", inForce.Round(10*time.Millisecond), gpuOps)
+
+	want, gpus, err := d.expected(profile)
+	if err != nil {
+		return err
+	}
+	alloc, err := harness.WaitAllocatable(ctx, d.cs, nodeName, want, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	d.printf("  node allocatable (what the scheduler sees):\n")
+	for _, k := range slices.Sorted(maps.Keys(alloc)) {
+		d.printf("    %-26s %d\n", k, alloc[k])
+	}
+	d.printf("  carve labels:\n%s", harness.FormatLabels(harness.OwnedLabels(n), "    "))
+
+	pod := "demo-" + profile
+	ask := map[string]int64{}
+	for k := range alloc {
+		ask[k] = 1
+	}
+	if _, err := d.cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, harness.ResourcePod(pod, ask, 0), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create pod %s: %w", pod, err)
+	}
+	defer func() { _ = harness.DeletePod(context.Background(), d.cs, metav1.NamespaceDefault, pod) }()
+	msg, err := harness.PodMessage(ctx, d.cs, metav1.NamespaceDefault, pod, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	var asks []string
+	for _, k := range slices.Sorted(maps.Keys(ask)) {
+		asks = append(asks, fmt.Sprintf("%s: 1", k))
+	}
+	d.printf("  pod %s asks for {%s} and sees NVIDIA_VISIBLE_DEVICES=%s\n", pod, strings.Join(asks, ", "), msg)
+	for _, u := range strings.Split(msg, ",") {
+		d.printf("    %s  %s\n", u, describe(gpus, u))
+	}
+
+	var counts []string
+	for _, k := range slices.Sorted(maps.Keys(alloc)) {
+		counts = append(counts, fmt.Sprintf("%s=%d", strings.TrimPrefix(k, harness.ResourcePrefix), alloc[k]))
+	}
+	d.rows = append(d.rows, summaryRow{fmt.Sprint(i), profile, inForce.Round(10 * time.Millisecond).String(), gpuOps, strings.Join(counts, " ")})
+	return nil
+}
+
+// expected computes, with carve's own packages, what the agent advertises
+// for the profile on the simulated GPUs as they now are, and returns the
+// GPUs.
+func (d *demo) expected(profile string) (map[string]int64, []partition.GPU, error) {
+	data, err := os.ReadFile(d.statePath)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := sim.NewFromState(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.Init(); err != nil {
+		return nil, nil, err
+	}
+	node, err := partition.ReadNode(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	assignments, err := d.file.Resolve(profile, node.ConfigGPUs())
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := timeslice.Expand(node.GPUs, timeslice.SharingFrom(assignments))
+	if err != nil {
+		return nil, nil, err
+	}
+	want := map[string]int64{}
+	for k, v := range res.Counts() {
+		want[k] = int64(v)
+	}
+	return want, node.GPUs, nil
+}
+
+// describe says which GPU or MIG device a UUID is.
+func describe(gpus []partition.GPU, uuid string) string {
+	for _, g := range gpus {
+		if g.UUID == uuid {
+			return fmt.Sprintf("GPU %d, whole (%s)", g.Index, g.Product)
+		}
+		for _, in := range g.Instances {
+			if in.UUID() == uuid {
+				return fmt.Sprintf("GPU %d, MIG %s at memory slices %d-%d", g.Index, in.Profile, in.Placement.Start, in.Placement.Start+in.Placement.Size-1)
+			}
+		}
+	}
+	return "(unknown device)"
+}
+
+// opsSummary shortens the Repartitioned Event's message ("profile p
+// (label) applied in 3ms: 40 ops on GPUs 0, 1") to "40 ops in 3ms on GPUs
+// 0, 1".
+func opsSummary(msg string) string {
+	_, rest, ok := strings.Cut(msg, " applied in ")
+	if !ok {
+		return msg
+	}
+	dur, ops, ok := strings.Cut(rest, ": ")
+	if !ok {
+		return msg
+	}
+	n, gpus, _ := strings.Cut(ops, " on ")
+	return fmt.Sprintf("%s in %s on %s", n, dur, gpus)
+}
+
+func (d *demo) summary() {
+	d.printf("\n━━ summary ━━\n")
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STEP\tPROFILE\tIN FORCE AFTER\tMIG OPERATIONS\tALLOCATABLE")
+	for _, r := range d.rows {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", r.step, r.profile, r.inForce, r.gpuOps, r.allocatable)
+	}
+	_ = tw.Flush()
+}
+
+// indent prefixes every line written to w.
+func indent(w io.Writer, prefix string) io.Writer { return &indentWriter{w: w, prefix: prefix, bol: true} }
+
+type indentWriter struct {
+	w      io.Writer
+	prefix string
+	bol    bool
+}
+
+func (iw *indentWriter) Write(b []byte) (int, error) {
+	var out []byte
+	for _, c := range b {
+		if iw.bol {
+			out = append(out, iw.prefix...)
+		}
+		out = append(out, c)
+		iw.bol = c == '\n'
+	}
+	if _, err := iw.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}

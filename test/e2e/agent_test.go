@@ -1,0 +1,735 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/carve-dev/carve/agent"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/test/cluster"
+	"github.com/carve-dev/carve/test/harness"
+)
+
+// The profile ConfigMap the agents of these tests read.
+const (
+	cmNamespace = "carve-system"
+	cmName      = "carve-profiles"
+)
+
+// agentRun is a carve agent running in the test process on simulated GPUs.
+type agentRun struct {
+	a      *agent.Agent
+	m      *sim.Machine
+	log    string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// running reports whether the agent is still running (it never restarted).
+func (r *agentRun) running() bool {
+	select {
+	case <-r.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// freshNode removes what earlier tests left on the node and the profile
+// ConfigMap, now and when the test ends.
+func freshNode(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	clean := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := harness.DeleteProfiles(ctx, c.Clientset(), cmNamespace, cmName); err != nil {
+			return err
+		}
+		return harness.ResetNode(ctx, c.Clientset(), c.NodeName())
+	}
+	if err := clean(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := clean(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+}
+
+// newSim returns an initialised simulated machine.
+func newSim(t *testing.T, spec string) *sim.Machine {
+	t.Helper()
+	m, err := sim.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Init(); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// startAgent runs a carve agent for the node on m until the test ends; its
+// log goes to a file whose tail the test prints if it fails.
+func startAgent(t *testing.T, c *cluster.Cluster, m *sim.Machine, mod func(*agent.Config)) *agentRun {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "agent.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.Config{
+		NodeName: c.NodeName(), Client: kubernetes.NewForConfigOrDie(c.RESTConfig()),
+		ConfigMapNamespace: cmNamespace, ConfigMapName: cmName,
+		GPUs: m, DevicePluginDir: c.DevicePluginDir(), PodResourcesSocket: c.PodResourcesSocket(),
+		StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DrainRetry: 2 * time.Second, PluginRetryInterval: time.Second,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &agentRun{a: a, m: m, log: logPath, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("agent: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("agent did not stop within 30 s")
+		}
+		if t.Failed() {
+			t.Logf("agent log (tail):\n%s", harness.Tail(logPath, 60))
+		}
+		lf.Close()
+	})
+	return r
+}
+
+// testCtx is a context for one test, ended when it ends.
+func testCtx(t *testing.T, limit time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func applyProfiles(ctx context.Context, t *testing.T, c *cluster.Cluster, data string) {
+	t.Helper()
+	if err := harness.ApplyProfiles(ctx, c.Clientset(), cmNamespace, cmName, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitState(ctx context.Context, t *testing.T, c *cluster.Cluster, state, applied string) *corev1.Node {
+	t.Helper()
+	n, err := harness.WaitState(ctx, c.Clientset(), c.NodeName(), state, applied, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func setProfileLabel(ctx context.Context, t *testing.T, c *cluster.Cluster, profile string) {
+	t.Helper()
+	if err := harness.SetNodeLabels(ctx, c.Clientset(), c.NodeName(), map[string]string{"carve.dev/profile": profile}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitEvent(ctx context.Context, t *testing.T, c *cluster.Cluster, reason, substr string, since time.Time) corev1.Event {
+	t.Helper()
+	ev, err := harness.WaitEvent(ctx, c.Clientset(), c.NodeName(), reason, substr, since, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// migUUIDs returns the UUIDs of the MIG devices the machine holds.
+func migUUIDs(t *testing.T, m *sim.Machine) []string {
+	t.Helper()
+	gpus, err := partition.ReadInventory(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, g := range gpus {
+		for _, in := range g.Instances {
+			out = append(out, in.UUID())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func readExample(t *testing.T) string {
+	t.Helper()
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "configs", "examples", "profiles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestAgentRealisesTheLabelledProfile: the example profiles on a simulated
+// DGX H100; labelling the node picks a profile, which the GPUs, the
+// kubelet's allocatable, the labels and the annotation then show.
+func TestAgentRealisesTheLabelledProfile(t *testing.T) {
+	c := suite.Cluster(t)
+	cs := c.Clientset()
+	ctx := testCtx(t, 15*time.Minute)
+	freshNode(t, c)
+	m := newSim(t, "dgx-h100")
+	applyProfiles(ctx, t, c, readExample(t))
+	r := startAgent(t, c, m, nil)
+
+	n := waitState(ctx, t, c, agent.StateSuccess, "full")
+	if got := n.Labels[agent.LabelSource]; got != "default" {
+		t.Errorf("%s = %q, want default", agent.LabelSource, got)
+	}
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 8})
+
+	since := time.Now()
+	setProfileLabel(ctx, t, c, "all-1g")
+	n = waitState(ctx, t, c, agent.StateSuccess, "all-1g")
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 56})
+	waitEvent(ctx, t, c, agent.ReasonRepartitioned, "profile all-1g (label) applied", since)
+
+	t.Run("labels", func(t *testing.T) {
+		want := map[string]string{
+			agent.LabelApplied: "all-1g", agent.LabelSource: "label", agent.LabelState: agent.StateSuccess,
+			agent.LabelGPUCount: "8", agent.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3",
+			agent.LabelMIGCapable: "true", agent.LabelMIGStrategy: "mixed",
+			"nvidia.com/mig-1g.10gb.count": "56",
+		}
+		got := harness.OwnedLabels(n)
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("label %s = %q, want %q", k, got[k], v)
+			}
+		}
+		for k := range got {
+			if strings.HasPrefix(k, "nvidia.com/mig-") && !strings.HasPrefix(k, "nvidia.com/mig-1g.10gb.") {
+				t.Errorf("label %s=%s left over: only 1g.10gb devices exist", k, got[k])
+			}
+		}
+		if _, ok := got[agent.LabelWindow]; ok {
+			t.Errorf("%s set outside any window", agent.LabelWindow)
+		}
+	})
+
+	t.Run("annotation", func(t *testing.T) {
+		p, err := harness.PartitionOf(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Profile != "all-1g" || p.State != agent.StateSuccess || p.LastError != "" || len(p.GPUs) != 8 {
+			t.Fatalf("annotation profile %q state %q error %q, %d GPUs", p.Profile, p.State, p.LastError, len(p.GPUs))
+		}
+		var recorded []string
+		for _, g := range p.GPUs {
+			if g.MIGMode != "enabled" || len(g.Instances) != 7 {
+				t.Errorf("GPU %d: MIG %s with %d instances, want enabled with 7", g.Index, g.MIGMode, len(g.Instances))
+			}
+			for _, in := range g.Instances {
+				recorded = append(recorded, in.UUID)
+			}
+		}
+		slices.Sort(recorded)
+		if want := migUUIDs(t, m); !slices.Equal(recorded, want) {
+			t.Errorf("annotation records MIG devices %v, the GPUs hold %v", recorded, want)
+		}
+	})
+
+	t.Run("a pod asking for two 1g.10gb devices sees two distinct MIG devices", func(t *testing.T) {
+		createPod(ctx, t, cs, harness.DevicePod("agent-two-mig", mig1g, 2, 0))
+		got := strings.Split(terminationMessage(ctx, t, cs, "agent-two-mig"), ",")
+		if len(got) != 2 || got[0] == got[1] {
+			t.Fatalf("NVIDIA_VISIBLE_DEVICES = %v, want 2 distinct devices", got)
+		}
+		all := migUUIDs(t, m)
+		for _, u := range got {
+			if !slices.Contains(all, u) {
+				t.Errorf("%s is not a MIG device of the node", u)
+			}
+		}
+	})
+
+	t.Run("after a kubelet restart the devices are registered again", func(t *testing.T) {
+		if err := c.RestartKubelet(ctx); err != nil {
+			t.Fatalf("restart kubelet: %v", err)
+		}
+		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 56})
+		createPod(ctx, t, cs, harness.DevicePod("agent-after-restart", mig1g, 1, 0))
+		if got := terminationMessage(ctx, t, cs, "agent-after-restart"); !strings.HasPrefix(got, "MIG-") {
+			t.Fatalf("NVIDIA_VISIBLE_DEVICES = %q after the kubelet restart", got)
+		}
+		if !r.running() {
+			t.Fatal("the agent stopped")
+		}
+	})
+}
+
+const replicasProfiles = `version: v1
+defaultProfile: mixed
+profiles:
+  mixed:
+    - gpus: [0]
+      mig: {1g.10gb: 7}
+      timeSlicing: {replicas: REPLICAS}
+    - gpus: [1]
+      timeSlicing: {replicas: REPLICAS}
+`
+
+// TestAgentFollowsAReplicaEdit: a ConfigMap edit that changes replica
+// counts only reaches allocatable with no MIG operation and no restart.
+func TestAgentFollowsAReplicaEdit(t *testing.T) {
+	c := suite.Cluster(t)
+	cs := c.Clientset()
+	ctx := testCtx(t, 10*time.Minute)
+	freshNode(t, c)
+	m := newSim(t, "h100-80gb*2")
+	applyProfiles(ctx, t, c, strings.ReplaceAll(replicasProfiles, "REPLICAS", "2"))
+	r := startAgent(t, c, m, nil)
+	waitState(ctx, t, c, agent.StateSuccess, "mixed")
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 14, gpu: 2})
+	if len(m.OpLog()) == 0 {
+		t.Fatal("no MIG operation made the first partition")
+	}
+	m.ResetOpLog()
+
+	since := time.Now()
+	applyProfiles(ctx, t, c, strings.ReplaceAll(replicasProfiles, "REPLICAS", "4"))
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 28, gpu: 4})
+	waitEvent(ctx, t, c, agent.ReasonSharingChanged, "no MIG change needed", since)
+	n := waitState(ctx, t, c, agent.StateSuccess, "mixed")
+	if got := n.Labels[agent.LabelGPUReplicas]; got != "4" {
+		t.Errorf("%s = %q, want 4", agent.LabelGPUReplicas, got)
+	}
+	if ops := m.OpLog(); len(ops) != 0 {
+		t.Errorf("a replica edit made MIG operations: %v", ops)
+	}
+	if !r.running() {
+		t.Error("the agent stopped")
+	}
+}
+
+// TestAgentRejectsABrokenConfigMap: a broken file never touches the GPUs,
+// sets state failed and says what is wrong in a Warning Event, both at
+// start and as an edit of a file in force.
+func TestAgentRejectsABrokenConfigMap(t *testing.T) {
+	c := suite.Cluster(t)
+	cs := c.Clientset()
+	ctx := testCtx(t, 10*time.Minute)
+	freshNode(t, c)
+	m := newSim(t, "h100-80gb*2")
+	good := strings.ReplaceAll(replicasProfiles, "REPLICAS", "2")
+	broken := strings.Replace(good, "{1g.10gb: 7}", "{1g.10gb: 8}", 1)
+
+	since := time.Now()
+	applyProfiles(ctx, t, c, broken)
+	startAgent(t, c, m, nil)
+	n := waitState(ctx, t, c, agent.StateFailed, "")
+	ev := waitEvent(ctx, t, c, agent.ReasonConfigRejected, "profiles.mixed[0].mig", since)
+	if ev.Type != corev1.EventTypeWarning {
+		t.Errorf("event type %s, want Warning", ev.Type)
+	}
+	if ops := m.OpLog(); len(ops) != 0 {
+		t.Fatalf("a rejected file touched the GPUs: %v", ops)
+	}
+	if p, err := harness.PartitionOf(n); err != nil || !strings.Contains(p.LastError, "1g.10gb") {
+		t.Errorf("annotation last error %q (err %v) does not name the problem", p.LastError, err)
+	}
+
+	applyProfiles(ctx, t, c, good)
+	waitState(ctx, t, c, agent.StateSuccess, "mixed")
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 14, gpu: 2})
+	before := migUUIDs(t, m)
+	m.ResetOpLog()
+
+	since = time.Now()
+	applyProfiles(ctx, t, c, strings.Replace(good, "timeSlicing", "timeslicing", 1))
+	n = waitState(ctx, t, c, agent.StateFailed, "mixed")
+	waitEvent(ctx, t, c, agent.ReasonConfigRejected, "timeslicing", since)
+	if ops := m.OpLog(); len(ops) != 0 {
+		t.Errorf("a rejected edit touched the GPUs: %v", ops)
+	}
+	if after := migUUIDs(t, m); !slices.Equal(before, after) {
+		t.Errorf("MIG devices changed from %v to %v", before, after)
+	}
+	if p, err := harness.PartitionOf(n); err != nil || p.Profile != "mixed" {
+		t.Errorf("annotation profile %q (err %v), want the one still in place, mixed", p.Profile, err)
+	}
+	// The devices in place stay advertised.
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 14, gpu: 2})
+}
+
+const windowProfiles = `version: v1
+defaultProfile: whole
+profiles:
+  whole:
+    - gpus: all
+  shared:
+    - gpus: all
+      timeSlicing: {replicas: 3}
+windows:
+  - name: soon
+    schedule: "SCHEDULE"
+    duration: DURATION
+    timeZone: UTC
+    nodeSelector: {kubernetes.io/os: linux}
+    profile: shared
+`
+
+func windowFile(schedule string, d time.Duration) string {
+	return strings.NewReplacer("SCHEDULE", schedule, "DURATION", d.String()).Replace(windowProfiles)
+}
+
+// offsetClock is a clock running at real speed, offset by a fixed amount.
+type offsetClock struct{ offset atomic.Int64 }
+
+func (c *offsetClock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// startAt sets the clock so that it reads at now, and returns the real
+// time at which it reads at+d.
+func (c *offsetClock) startAt(at time.Time, d time.Duration) time.Time {
+	now := time.Now()
+	c.offset.Store(int64(at.Sub(now)))
+	return now.Add(d)
+}
+
+// nextAt3 is the next 03:00 UTC.
+func nextAt3() time.Time {
+	now := time.Now().UTC()
+	t := time.Date(now.Year(), now.Month(), now.Day(), 3, 0, 0, 0, time.UTC)
+	if !t.After(now) {
+		t = t.AddDate(0, 0, 1)
+	}
+	return t
+}
+
+// watchWindow waits for the node to enter the window at about start (real
+// time) and leave it at about end, checking the profile, the labels and
+// allocatable at each.
+func watchWindow(ctx context.Context, t *testing.T, c *cluster.Cluster, start, end time.Time) {
+	t.Helper()
+	cs := c.Clientset()
+	inWindow := func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelWindow] == "soon" && n.Labels[agent.LabelApplied] == "shared" && n.Labels[agent.LabelState] == agent.StateSuccess
+	}
+	n, err := harness.WaitNode(ctx, cs, c.NodeName(), time.Until(start)+30*time.Second, "window soon in force", inWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := time.Now()
+	if entered.Before(start.Add(-time.Second)) {
+		t.Errorf("entered the window %s before its start", start.Sub(entered))
+	}
+	t.Logf("window start: profile shared in force %s after the boundary", entered.Sub(start).Round(10*time.Millisecond))
+	if got := n.Labels[agent.LabelSource]; got != "window" {
+		t.Errorf("%s = %q in the window, want window", agent.LabelSource, got)
+	}
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 3})
+
+	_, err = harness.WaitNode(ctx, cs, c.NodeName(), time.Until(end)+30*time.Second, "window soon over", func(n *corev1.Node) bool {
+		_, in := n.Labels[agent.LabelWindow]
+		return !in && n.Labels[agent.LabelApplied] == "whole" && n.Labels[agent.LabelState] == agent.StateSuccess
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := time.Now()
+	if left.Before(end.Add(-time.Second)) {
+		t.Errorf("left the window %s before its end", end.Sub(left))
+	}
+	t.Logf("window end: profile whole in force %s after the boundary", left.Sub(end).Round(10*time.Millisecond))
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
+}
+
+// TestAgentWindowInjectedClock: the agent's clock is set 10 s before a
+// window's start; the profile switches at the boundary and back after the
+// window's 20 s.
+func TestAgentWindowInjectedClock(t *testing.T) {
+	c := suite.Cluster(t)
+	ctx := testCtx(t, 5*time.Minute)
+	freshNode(t, c)
+	m := newSim(t, "h100-80gb*1")
+	var clock offsetClock
+	boundary := nextAt3()
+	start := clock.startAt(boundary.Add(-10*time.Second), 10*time.Second)
+	applyProfiles(ctx, t, c, windowFile("0 3 * * *", 20*time.Second))
+	startAgent(t, c, m, func(cfg *agent.Config) { cfg.Clock = clock.now })
+	n := waitState(ctx, t, c, agent.StateSuccess, "whole")
+	if time.Now().After(start) {
+		t.Fatalf("the agent took over 10 s to start; the boundary passed")
+	}
+	if _, in := n.Labels[agent.LabelWindow]; in {
+		t.Fatalf("in a window before its start: %v", harness.OwnedLabels(n))
+	}
+	watchWindow(ctx, t, c, start, start.Add(20*time.Second))
+}
+
+// TestAgentWindowRealClock: a window that starts at the next minute (at
+// least 20 s away) and lasts a minute, on the real clock.
+func TestAgentWindowRealClock(t *testing.T) {
+	c := suite.Cluster(t)
+	ctx := testCtx(t, 6*time.Minute)
+	freshNode(t, c)
+	m := newSim(t, "h100-80gb*1")
+	start := time.Now().UTC().Truncate(time.Minute).Add(time.Minute)
+	if time.Until(start) < 20*time.Second {
+		start = start.Add(time.Minute)
+	}
+	applyProfiles(ctx, t, c, windowFile(fmt.Sprintf("%d %d * * *", start.Minute(), start.Hour()), time.Minute))
+	startAgent(t, c, m, nil)
+	waitState(ctx, t, c, agent.StateSuccess, "whole")
+	watchWindow(ctx, t, c, start, start.Add(time.Minute))
+}
+
+// kubeletDevices asks the kubelet (PodResources GetAllocatableResources)
+// which device IDs of a resource it can allocate: what the device plugin
+// serves it, with no API server involved.
+func kubeletDevices(ctx context.Context, socket, res string) ([]string, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := podresourcesapi.NewPodResourcesListerClient(conn).GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("GetAllocatableResources: %w", err)
+	}
+	var ids []string
+	for _, d := range resp.GetDevices() {
+		if d.GetResourceName() == res {
+			ids = append(ids, d.GetDeviceIds()...)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// TestAgentAPIServerOutage: the API server is down for 30 s, and a window
+// starts 10 s into the outage. The kubelet keeps the devices throughout,
+// the agent switches the partition at the boundary, and the node's labels
+// catch up once the API server is back.
+func TestAgentAPIServerOutage(t *testing.T) {
+	c := suite.Cluster(t)
+	cs := c.Clientset()
+	ctx := testCtx(t, 8*time.Minute)
+	freshNode(t, c)
+	m := newSim(t, "h100-80gb*1")
+	var clock offsetClock
+	boundary := nextAt3()
+	start := clock.startAt(boundary.Add(-20*time.Second), 20*time.Second)
+	applyProfiles(ctx, t, c, windowFile("0 3 * * *", time.Hour))
+	r := startAgent(t, c, m, func(cfg *agent.Config) { cfg.Clock = clock.now })
+	waitState(ctx, t, c, agent.StateSuccess, "whole")
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
+	if d := time.Until(start); d < 12*time.Second {
+		t.Fatalf("only %s left before the window; the cluster is too slow for this test", d)
+	}
+	time.Sleep(time.Until(start.Add(-10 * time.Second)))
+
+	t.Log("stopping the API server for 30 s")
+	stopped := time.Now()
+	if err := c.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	apiUp := false
+	defer func() {
+		if !apiUp {
+			if err := c.StartAPIServer(context.Background()); err != nil {
+				t.Errorf("restart API server: %v", err)
+			}
+		}
+	}()
+	ids, err := kubeletDevices(ctx, c.PodResourcesSocket(), gpu)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("with the API server down the kubelet has %s devices %v (err %v), want the 1 whole GPU", gpu, ids, err)
+	}
+	// The window starts 10 s into the outage: the agent realises it from
+	// its cache and the kubelet gets the three replicas.
+	err = harness.Poll(ctx, 15*time.Second+time.Until(start), func(ctx context.Context) (bool, error) {
+		ids, err = kubeletDevices(ctx, c.PodResourcesSocket(), gpu)
+		return err == nil && len(ids) == 3, nil
+	})
+	if err != nil {
+		t.Fatalf("the window's replicas never reached the kubelet during the outage: last %v: %v", ids, err)
+	}
+	if !strings.Contains(ids[0], "::") {
+		t.Errorf("device IDs %v are not replicas", ids)
+	}
+	if time.Now().Before(start.Add(-time.Second)) {
+		t.Errorf("switched before the window's start")
+	}
+	time.Sleep(time.Until(stopped.Add(30 * time.Second)))
+	if !r.running() {
+		t.Fatal("the agent stopped during the outage")
+	}
+	if err := c.StartAPIServer(ctx); err != nil {
+		t.Fatalf("restart API server: %v", err)
+	}
+	apiUp = true
+	back := time.Now()
+	n, err := harness.WaitNode(ctx, cs, c.NodeName(), 90*time.Second, "the window's labels", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelWindow] == "soon" && n.Labels[agent.LabelApplied] == "shared" && n.Labels[agent.LabelState] == agent.StateSuccess
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("labels caught up %s after the API server came back", time.Since(back).Round(100*time.Millisecond))
+	if got := n.Labels[agent.LabelGPUReplicas]; got != "3" {
+		t.Errorf("%s = %q, want 3", agent.LabelGPUReplicas, got)
+	}
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 3})
+}
+
+const drainProfiles = `version: v1
+defaultProfile: small
+profiles:
+  small:
+    - gpus: all
+      mig: {1g.10gb: 7}
+  whole:
+    - gpus: all
+drain:
+  policy: POLICY
+  timeout: 10m
+`
+
+// waitHolds waits until the kubelet says the pod holds a device.
+func waitHolds(ctx context.Context, t *testing.T, c *cluster.Cluster, pod string) {
+	t.Helper()
+	err := harness.Poll(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
+		return harness.PodPhase(ctx, c.Clientset(), metav1.NamespaceDefault, pod) == corev1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s never ran: %v", pod, err)
+	}
+}
+
+// TestAgentDrain: a pod holds a MIG device that the next profile removes.
+func TestAgentDrain(t *testing.T) {
+	c := suite.Cluster(t)
+	cs := c.Clientset()
+
+	t.Run("wait: the change waits for the pod to end", func(t *testing.T) {
+		ctx := testCtx(t, 8*time.Minute)
+		freshNode(t, c)
+		m := newSim(t, "h100-80gb*1")
+		applyProfiles(ctx, t, c, strings.ReplaceAll(drainProfiles, "POLICY", "wait"))
+		startAgent(t, c, m, nil)
+		waitState(ctx, t, c, agent.StateSuccess, "small")
+		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7})
+		createPod(ctx, t, cs, harness.DevicePod("drain-wait", mig1g, 1, 25*time.Second))
+		created := time.Now()
+		waitHolds(ctx, t, c, "drain-wait")
+		t.Logf("the holding pod runs %s after its creation", time.Since(created).Round(100*time.Millisecond))
+
+		since := time.Now()
+		setProfileLabel(ctx, t, c, "whole")
+		waitState(ctx, t, c, agent.StateDraining, "small")
+		waitEvent(ctx, t, c, agent.ReasonDraining, "waiting for them to be released", since)
+		// No new pod may land on the devices that are going: none are
+		// advertised while the node drains.
+		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{})
+		if ph := harness.PodPhase(ctx, cs, metav1.NamespaceDefault, "drain-wait"); ph != corev1.PodRunning {
+			t.Fatalf("the holding pod is %s while the node drains, want Running", ph)
+		}
+		n := waitState(ctx, t, c, agent.StateSuccess, "whole")
+		if ph := harness.PodPhase(ctx, cs, metav1.NamespaceDefault, "drain-wait"); ph != corev1.PodSucceeded {
+			t.Errorf("the change completed with the holding pod %s, want Succeeded (it ran to its end)", ph)
+		}
+		t.Logf("change completed %s after the label, the pod having held its device for 25 s", time.Since(since).Round(100*time.Millisecond))
+		if got := n.Labels[agent.LabelGPUCount]; got != "1" {
+			t.Errorf("%s = %q", agent.LabelGPUCount, got)
+		}
+		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
+		if uuids := migUUIDs(t, m); len(uuids) != 0 {
+			t.Errorf("MIG devices left: %v", uuids)
+		}
+	})
+
+	t.Run("evict: the pod is evicted, respecting its PodDisruptionBudget", func(t *testing.T) {
+		ctx := testCtx(t, 8*time.Minute)
+		freshNode(t, c)
+		m := newSim(t, "h100-80gb*1")
+		applyProfiles(ctx, t, c, strings.ReplaceAll(drainProfiles, "POLICY", "evict"))
+		startAgent(t, c, m, nil)
+		waitState(ctx, t, c, agent.StateSuccess, "small")
+		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7})
+		createPod(ctx, t, cs, harness.DevicePod("drain-evict", mig1g, 1, 10*time.Minute))
+		waitHolds(ctx, t, c, "drain-evict")
+		one := intstr.FromInt32(1)
+		pdb := &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "drain-evict"},
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MinAvailable: &one,
+				Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "drain-evict"}},
+			},
+		}
+		if _, err := cs.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pdbGone := false
+		t.Cleanup(func() {
+			if !pdbGone {
+				_ = cs.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Delete(context.Background(), pdb.Name, metav1.DeleteOptions{})
+			}
+		})
+
+		since := time.Now()
+		setProfileLabel(ctx, t, c, "whole")
+		waitState(ctx, t, c, agent.StateDraining, "small")
+		waitEvent(ctx, t, c, agent.ReasonEvicting, "refused", since)
+		if ph := harness.PodPhase(ctx, cs, metav1.NamespaceDefault, "drain-evict"); ph != corev1.PodRunning {
+			t.Fatalf("the PodDisruptionBudget did not protect the pod: %s", ph)
+		}
+
+		if err := cs.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Delete(ctx, pdb.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pdbGone = true
+		if err := harness.WaitPodGone(ctx, cs, metav1.NamespaceDefault, "drain-evict", 2*time.Minute); err != nil {
+			t.Fatalf("not evicted: %v", err)
+		}
+		waitState(ctx, t, c, agent.StateSuccess, "whole")
+		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
+		if uuids := migUUIDs(t, m); len(uuids) != 0 {
+			t.Errorf("MIG devices left: %v", uuids)
+		}
+	})
+}

@@ -1,0 +1,151 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// RepoRoot finds the carve repository root (the directory whose go.mod is
+// the module github.com/carve-dev/carve) from dir upwards.
+func RepoRoot(dir string) (string, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && isCarveModule(b) {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("no carve repository above %s", dir)
+		}
+		d = parent
+	}
+}
+
+func isCarveModule(gomod []byte) bool {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if line == "module github.com/carve-dev/carve" {
+			return true
+		}
+	}
+	return false
+}
+
+// BuildAgent builds cmd/carve-agent of the repository at root into dir and
+// returns the binary's path.
+func BuildAgent(ctx context.Context, root, dir string) (string, error) {
+	out := filepath.Join(dir, "carve-agent")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/carve-agent")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build carve-agent: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// Process is a carve-agent (or any) process started by Start.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	log  *os.File
+}
+
+// Start runs path with args and extra environment, its output going to
+// logPath (appended).
+func Start(path string, args, env []string, logPath string) (*Process, error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: log: %w", filepath.Base(path), err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, fmt.Errorf("start %s: %w", filepath.Base(path), err)
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{}), log: log}
+	go func() {
+		p.err = cmd.Wait()
+		log.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait waits up to limit for the process to end and returns its exit code
+// (-1 when a signal ended it), or ErrNotExited.
+func (p *Process) Wait(limit time.Duration) (int, error) {
+	if !p.Exited() {
+		select {
+		case <-p.done:
+		case <-time.After(limit):
+			return 0, fmt.Errorf("after %s: %w", limit, ErrNotExited)
+		}
+	}
+	var ee *exec.ExitError
+	if p.err == nil {
+		return 0, nil
+	}
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return 0, p.err
+}
+
+// Stop sends SIGTERM, waits up to 15 s for the process to end, then kills
+// it; it returns the exit code.
+func (p *Process) Stop() (int, error) {
+	if p.Exited() {
+		return p.Wait(0)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	code, err := p.Wait(15 * time.Second)
+	if errors.Is(err, ErrNotExited) {
+		_ = p.cmd.Process.Kill()
+		code, err = p.Wait(5 * time.Second)
+		if err == nil {
+			err = errors.New("did not stop on SIGTERM; killed")
+		}
+	}
+	return code, err
+}
+
+// Tail returns the last n lines of a log file.
+func Tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
