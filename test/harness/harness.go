@@ -33,6 +33,11 @@ const ResourcePrefix = "nvidia.com/"
 // Poll calls cond every 250 ms until it returns true or an error, or limit
 // passes (an error that says so).
 func Poll(ctx context.Context, limit time.Duration, cond func(context.Context) (bool, error)) error {
+	return PollEvery(ctx, 250*time.Millisecond, limit, cond)
+}
+
+// PollEvery is Poll with another interval.
+func PollEvery(ctx context.Context, every, limit time.Duration, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
@@ -43,7 +48,7 @@ func Poll(ctx context.Context, limit time.Duration, cond func(context.Context) (
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("gave up after %s: %w", limit, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(every):
 		}
 	}
 }
@@ -195,8 +200,13 @@ func FormatLabels(labels map[string]string, indent string) string {
 // WaitNode waits until cond holds for the node and returns it; the error
 // names what was awaited and shows the owned labels last seen.
 func WaitNode(ctx context.Context, cs kubernetes.Interface, node string, limit time.Duration, what string, cond func(*corev1.Node) bool) (*corev1.Node, error) {
+	return WaitNodeEvery(ctx, cs, node, 250*time.Millisecond, limit, what, cond)
+}
+
+// WaitNodeEvery is WaitNode reading the node at another interval.
+func WaitNodeEvery(ctx context.Context, cs kubernetes.Interface, node string, every, limit time.Duration, what string, cond func(*corev1.Node) bool) (*corev1.Node, error) {
 	var last *corev1.Node
-	err := Poll(ctx, limit, func(ctx context.Context) (bool, error) {
+	err := PollEvery(ctx, every, limit, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, nil

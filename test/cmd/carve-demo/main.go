@@ -192,7 +192,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			fmt.Fprintf(os.Stderr, "carve-demo: carve-agent stopped with code %d (%v); log %s\n", code, err, logPath)
 		}
 	}()
-	n, err := harness.WaitState(ctx, d.cs, c.NodeName(), agent.StateSuccess, "", 2*time.Minute)
+	n, err := harness.WaitNodeEvery(ctx, d.cs, c.NodeName(), 10*time.Millisecond, 2*time.Minute, "state success", func(n *corev1.Node) bool {
+		return n.Labels[agent.LabelState] == agent.StateSuccess
+	})
 	if err != nil {
 		return d.agentFailed(proc, logPath, err)
 	}
@@ -208,6 +210,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 	d.summary()
+	d.printf("\n  The GPUs are simulated: MIG operations take microseconds here, and far\n  longer on real GPUs; the rest (the agent, kubelet, scheduler) is real.\n")
 	if o.keep {
 		d.printf("\nthe cluster and carve-agent keep running; in another shell:\n")
 		d.printf("  export KUBECONFIG=%s\n", c.Kubeconfig())
@@ -238,7 +241,7 @@ func (d *demo) step(ctx context.Context, i int, profile string) error {
 		return err
 	}
 	d.printf("  kubectl label node %s carve.dev/profile=%s\n", nodeName, profile)
-	n, err := harness.WaitNode(ctx, d.cs, nodeName, 5*time.Minute, "profile "+profile+" in force", func(n *corev1.Node) bool {
+	n, err := harness.WaitNodeEvery(ctx, d.cs, nodeName, 10*time.Millisecond, 5*time.Minute, "profile "+profile+" in force", func(n *corev1.Node) bool {
 		return n.Labels[agent.LabelApplied] == profile && n.Labels[agent.LabelSource] == "label" &&
 			n.Labels[agent.LabelState] == agent.StateSuccess
 	})
@@ -266,26 +269,28 @@ func (d *demo) step(ctx context.Context, i int, profile string) error {
 	}
 	d.printf("  carve labels:\n%s", harness.FormatLabels(harness.OwnedLabels(n), "    "))
 
-	pod := "demo-" + profile
-	ask := map[string]int64{}
-	for k := range alloc {
-		ask[k] = 1
+	// One pod per resource: a container asking for several device-plugin
+	// resources gets NVIDIA_VISIBLE_DEVICES from each plugin, and the last
+	// one wins (see docs/plugin.md).
+	var pods []string
+	for _, res := range slices.Sorted(maps.Keys(alloc)) {
+		pod := "demo-" + profile + "-" + podSuffix(res)
+		if _, err := d.cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, harness.DevicePod(pod, res, 1, 0), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s: %w", pod, err)
+		}
+		pods = append(pods, pod)
+		defer func() { _ = harness.DeletePod(context.Background(), d.cs, metav1.NamespaceDefault, pod) }()
 	}
-	if _, err := d.cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, harness.ResourcePod(pod, ask, 0), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create pod %s: %w", pod, err)
-	}
-	defer func() { _ = harness.DeletePod(context.Background(), d.cs, metav1.NamespaceDefault, pod) }()
-	msg, err := harness.PodMessage(ctx, d.cs, metav1.NamespaceDefault, pod, 2*time.Minute)
-	if err != nil {
-		return err
-	}
-	var asks []string
-	for _, k := range slices.Sorted(maps.Keys(ask)) {
-		asks = append(asks, fmt.Sprintf("%s: 1", k))
-	}
-	d.printf("  pod %s asks for {%s} and sees NVIDIA_VISIBLE_DEVICES=%s\n", pod, strings.Join(asks, ", "), msg)
-	for _, u := range strings.Split(msg, ",") {
-		d.printf("    %s  %s\n", u, describe(gpus, u))
+	d.printf("  pods, each asking for one device:\n")
+	for i, res := range slices.Sorted(maps.Keys(alloc)) {
+		msg, err := harness.PodMessage(ctx, d.cs, metav1.NamespaceDefault, pods[i], 2*time.Minute)
+		if err != nil {
+			return err
+		}
+		d.printf("    %-22s %-26s NVIDIA_VISIBLE_DEVICES=%s\n", pods[i], res+": 1", msg)
+		for _, u := range strings.Split(msg, ",") {
+			d.printf("    %-22s %-26s   = %s\n", "", "", describe(gpus, u))
+		}
 	}
 
 	var counts []string
@@ -294,6 +299,13 @@ func (d *demo) step(ctx context.Context, i int, profile string) error {
 	}
 	d.rows = append(d.rows, summaryRow{fmt.Sprint(i), profile, inForce.Round(10 * time.Millisecond).String(), gpuOps, strings.Join(counts, " ")})
 	return nil
+}
+
+// podSuffix turns a resource name into a pod name part: nvidia.com/gpu is
+// "gpu", nvidia.com/mig-1g.10gb is "1g-10gb".
+func podSuffix(res string) string {
+	s := strings.TrimPrefix(strings.TrimPrefix(res, harness.ResourcePrefix), "mig-")
+	return strings.NewReplacer(".", "-", "+", "-").Replace(s)
 }
 
 // expected computes, with carve's own packages, what the agent advertises
@@ -372,7 +384,9 @@ func (d *demo) summary() {
 }
 
 // indent prefixes every line written to w.
-func indent(w io.Writer, prefix string) io.Writer { return &indentWriter{w: w, prefix: prefix, bol: true} }
+func indent(w io.Writer, prefix string) io.Writer {
+	return &indentWriter{w: w, prefix: prefix, bol: true}
+}
 
 type indentWriter struct {
 	w      io.Writer
