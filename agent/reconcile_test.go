@@ -103,7 +103,7 @@ func (f *fakeAdvertiser) counts() map[string]int {
 // harness runs reconciles on a simulated machine as the Kubernetes side
 // will: it keeps the node's labels and annotation between reconciles.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	m      *sim.Machine
 	inUse  *fakeInUse
 	adv    *fakeAdvertiser
@@ -146,7 +146,7 @@ profiles:
       mig: {3g.40gb: 1, 1g.10gb: 3}
 `
 
-func newHarness(t *testing.T, spec string) *harness {
+func newHarness(t testing.TB, spec string) *harness {
 	t.Helper()
 	m, err := sim.New(spec)
 	if err != nil {

@@ -40,7 +40,22 @@ type agentRun struct {
 	m      *sim.Machine
 	log    string
 	cancel context.CancelFunc
-	done   chan error
+	done   chan struct{}
+	err    error // Run's answer, once done is closed
+}
+
+// stop stops the agent and fails the test if it does not stop cleanly.
+func (r *agentRun) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case <-r.done:
+		if r.err != nil {
+			t.Errorf("agent: %v", r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("agent did not stop within 30 s")
+	}
 }
 
 // running reports whether the agent is still running (it never restarted).
@@ -112,18 +127,13 @@ func startAgent(t *testing.T, c *cluster.Cluster, m *sim.Machine, mod func(*agen
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &agentRun{a: a, m: m, log: logPath, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- a.Run(ctx) }()
+	r := &agentRun{a: a, m: m, log: logPath, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		r.err = a.Run(ctx)
+		close(r.done)
+	}()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-r.done:
-			if err != nil {
-				t.Errorf("agent: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("agent did not stop within 30 s")
-		}
+		r.stop(t)
 		if t.Failed() {
 			t.Logf("agent log (tail):\n%s", harness.Tail(logPath, 60))
 		}
@@ -625,6 +635,19 @@ func TestAgentAPIServerOutage(t *testing.T) {
 		t.Errorf("%s = %q, want 3", agent.LabelGPUReplicas, got)
 	}
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 3})
+
+	t.Run("an agent started inside the window applies the window's profile", func(t *testing.T) {
+		r.stop(t)
+		if err := harness.ResetNode(ctx, cs, c.NodeName()); err != nil {
+			t.Fatal(err)
+		}
+		startAgent(t, c, newSim(t, "h100-80gb*1"), func(cfg *agent.Config) { cfg.Clock = clock.now })
+		n := waitState(ctx, t, c, agent.StateSuccess, "shared")
+		if n.Labels[agent.LabelWindow] != "soon" || n.Labels[agent.LabelSource] != "window" {
+			t.Errorf("labels %v, want window soon as the source", harness.OwnedLabels(n))
+		}
+		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 3})
+	})
 }
 
 const drainProfiles = `version: v1
