@@ -2,14 +2,18 @@ package cluster
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -22,13 +26,55 @@ import (
 // makes it the cluster's pod sandbox ("pause") image.
 const BusyboxImage = "localhost/carve/busybox:e2e"
 
-// imageCmd is the image's default command: wait for SIGTERM, exit 0.
+// defaultImagePath is the PATH of an image that sets no Env.
+const defaultImagePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Image is a container image of one layer, built in Go without a container
+// engine or registry (see ImportImage).
+type Image struct {
+	// Name is the reference pods use, e.g. "carve.dev/carve-agent:e2e"
+	// (with imagePullPolicy: Never). A name without a registry host is
+	// normalised to docker.io/library/..., by containerd and the kubelet
+	// alike.
+	Name string
+	// Files are the entries of the root file system, in this order. Parent
+	// directories that no earlier entry creates are added with mode 0755.
+	Files []ImageFile
+	// Entrypoint and Cmd are the default process, as in a Dockerfile: a
+	// container's command replaces Entrypoint, its args replace Cmd.
+	Entrypoint, Cmd []string
+	// Env is the default environment; empty means only the usual PATH.
+	Env []string
+	// CreatedBy describes the layer in the image history; default
+	// "carve test/cluster".
+	CreatedBy string
+}
+
+// ImageFile is one entry of an image's root file system: a directory (Dir),
+// a symbolic link (Link), or else a regular file with Data.
+type ImageFile struct {
+	// Path is the entry's place in the image, e.g. "/usr/local/bin/x"; a
+	// leading "/" is optional.
+	Path string
+	// Mode is the permission bits as in a tar header (0o1000 is the sticky
+	// bit). Zero means 0o755 for a directory, 0o777 for a link and 0o644
+	// for a file.
+	Mode int64
+	// Data is the content of a regular file.
+	Data []byte
+	// Dir makes the entry a directory.
+	Dir bool
+	// Link, when not empty, makes the entry a symbolic link to Link.
+	Link string
+}
+
+// imageCmd is the busybox image's default command: wait for SIGTERM, exit 0.
 func imageCmd() []string {
 	return []string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"}
 }
 
-// epoch is the fixed timestamp of every image entry, so that the same busybox
-// yields the same image digest.
+// epoch is the fixed timestamp of every image entry, so that the same files
+// yield the same image digest.
 func epoch() time.Time { return time.Unix(0, 0).UTC() }
 
 // EnsureImage builds the test image archive from the static busybox at
@@ -55,7 +101,7 @@ func ensureImage(cacheDir, busybox string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	archive, err := dockerArchive(bb, applets)
+	archive, err := dockerArchive(busyboxImage(bb, applets))
 	if err != nil {
 		return "", err
 	}
@@ -90,25 +136,76 @@ func busyboxApplets(busybox string) ([]string, error) {
 	return applets, nil
 }
 
-// dockerArchive builds an image in the format `docker save` writes and
-// `ctr images import` reads: manifest.json, an image config and one
-// uncompressed layer.
-func dockerArchive(busybox []byte, applets []string) ([]byte, error) {
-	layer, err := rootfsLayer(busybox, applets)
-	if err != nil {
+// busyboxImage is BusyboxImage: a minimal root file system with busybox
+// and one symlink per applet.
+func busyboxImage(busybox []byte, applets []string) Image {
+	var files []ImageFile
+	for _, d := range []struct {
+		name string
+		mode int64
+	}{
+		{"bin", 0o755}, {"dev", 0o755}, {"etc", 0o755}, {"home", 0o755},
+		{"proc", 0o555}, {"root", 0o700}, {"sys", 0o555}, {"tmp", 0o1777},
+		{"usr", 0o755}, {"usr/bin", 0o755}, {"var", 0o755}, {"var/tmp", 0o1777},
+	} {
+		files = append(files, ImageFile{Path: d.name, Dir: true, Mode: d.mode})
+	}
+	files = append(files, ImageFile{Path: "bin/busybox", Mode: 0o755, Data: busybox})
+	for _, a := range applets {
+		files = append(files, ImageFile{Path: "bin/" + a, Link: "busybox", Mode: 0o777})
+	}
+	// Scripts often start with #!/usr/bin/env.
+	files = append(files, ImageFile{Path: "usr/bin/env", Link: "/bin/busybox", Mode: 0o777})
+	for _, f := range []struct{ name, data string }{
+		{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"},
+		{"etc/group", "root:x:0:\nnogroup:x:65534:\n"},
+		{"etc/hosts", "127.0.0.1\tlocalhost\n"},
+	} {
+		files = append(files, ImageFile{Path: f.name, Mode: 0o644, Data: []byte(f.data)})
+	}
+	return Image{Name: BusyboxImage, Files: files, Cmd: imageCmd(), CreatedBy: "carve test/cluster: static busybox"}
+}
+
+// dockerArchive returns img as writeDockerArchive writes it.
+func dockerArchive(img Image) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := writeDockerArchive(&buf, img); err != nil {
 		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// writeDockerArchive writes img in the format `docker save` writes and
+// `ctr images import` reads: manifest.json, an image config and one
+// uncompressed layer. The same image always gives the same bytes.
+func writeDockerArchive(w io.Writer, img Image) error {
+	if img.Name == "" {
+		return errors.New("image has no name")
+	}
+	layer, err := rootfsLayer(img.Files)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.Name, err)
 	}
 	layerSum := sha256.Sum256(layer)
 	layerHex := hex.EncodeToString(layerSum[:])
 
 	type imageConfig struct {
 		Env        []string `json:"Env"`
-		Cmd        []string `json:"Cmd"`
+		Entrypoint []string `json:"Entrypoint,omitempty"`
+		Cmd        []string `json:"Cmd,omitempty"`
 		WorkingDir string   `json:"WorkingDir"`
 	}
 	type history struct {
 		Created   time.Time `json:"created"`
 		CreatedBy string    `json:"created_by"`
+	}
+	env := img.Env
+	if len(env) == 0 {
+		env = []string{defaultImagePath}
+	}
+	createdBy := img.CreatedBy
+	if createdBy == "" {
+		createdBy = "carve test/cluster"
 	}
 	config := struct {
 		Architecture string      `json:"architecture"`
@@ -124,33 +221,28 @@ func dockerArchive(busybox []byte, applets []string) ([]byte, error) {
 		Architecture: runtime.GOARCH,
 		OS:           "linux",
 		Created:      epoch(),
-		Config: imageConfig{
-			Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			Cmd:        imageCmd(),
-			WorkingDir: "/",
-		},
-		History: []history{{Created: epoch(), CreatedBy: "carve test/cluster: static busybox"}},
+		Config:       imageConfig{Env: env, Entrypoint: img.Entrypoint, Cmd: img.Cmd, WorkingDir: "/"},
+		History:      []history{{Created: epoch(), CreatedBy: createdBy}},
 	}
 	config.RootFS.Type = "layers"
 	config.RootFS.DiffIDs = []string{"sha256:" + layerHex}
 	configJSON, err := json.Marshal(config)
 	if err != nil {
-		return nil, fmt.Errorf("encode image config: %w", err)
+		return fmt.Errorf("encode config of image %s: %w", img.Name, err)
 	}
 	configSum := sha256.Sum256(configJSON)
 	configName := hex.EncodeToString(configSum[:]) + ".json"
 	layerName := layerHex + "/layer.tar"
 	manifest, err := json.Marshal([]map[string]any{{
 		"Config":   configName,
-		"RepoTags": []string{BusyboxImage},
+		"RepoTags": []string{img.Name},
 		"Layers":   []string{layerName},
 	}})
 	if err != nil {
-		return nil, fmt.Errorf("encode image manifest: %w", err)
+		return fmt.Errorf("encode manifest of image %s: %w", img.Name, err)
 	}
 
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	tw := tar.NewWriter(w)
 	entries := []struct {
 		name string
 		data []byte
@@ -160,60 +252,75 @@ func dockerArchive(busybox []byte, applets []string) ([]byte, error) {
 		{"manifest.json", manifest},
 	}
 	if err := tw.WriteHeader(&tar.Header{Name: layerHex + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch()}); err != nil {
-		return nil, fmt.Errorf("write image archive: %w", err)
+		return fmt.Errorf("write archive of image %s: %w", img.Name, err)
 	}
 	for _, e := range entries {
 		if err := writeTarFile(tw, e.name, 0o644, e.data); err != nil {
-			return nil, fmt.Errorf("write image archive: %w", err)
+			return fmt.Errorf("write archive of image %s: %w", img.Name, err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("write image archive: %w", err)
+		return fmt.Errorf("write archive of image %s: %w", img.Name, err)
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
-// rootfsLayer builds the image's only layer: a minimal root file system with
-// busybox and one symlink per applet.
-func rootfsLayer(busybox []byte, applets []string) ([]byte, error) {
+// rootfsLayer builds an image's layer: the files in order, each preceded by
+// those of its parent directories that no earlier entry made.
+func rootfsLayer(files []ImageFile) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	dirs := []struct {
-		name string
-		mode int64
-	}{
-		{"bin/", 0o755}, {"dev/", 0o755}, {"etc/", 0o755}, {"home/", 0o755},
-		{"proc/", 0o555}, {"root/", 0o700}, {"sys/", 0o555}, {"tmp/", 0o1777},
-		{"usr/", 0o755}, {"usr/bin/", 0o755}, {"var/", 0o755}, {"var/tmp/", 0o1777},
-	}
-	for _, d := range dirs {
-		if err := tw.WriteHeader(&tar.Header{Name: d.name, Typeflag: tar.TypeDir, Mode: d.mode, ModTime: epoch()}); err != nil {
-			return nil, fmt.Errorf("write layer: %w", err)
+	seen := map[string]bool{}
+	dir := func(name string, mode int64) error {
+		seen[name] = true
+		if err := tw.WriteHeader(&tar.Header{Name: name + "/", Typeflag: tar.TypeDir, Mode: mode, ModTime: epoch()}); err != nil {
+			return fmt.Errorf("write layer: %w", err)
 		}
-	}
-	if err := writeTarFile(tw, "bin/busybox", 0o755, busybox); err != nil {
-		return nil, fmt.Errorf("write layer: %w", err)
-	}
-	for _, a := range applets {
-		if err := tw.WriteHeader(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777, ModTime: epoch()}); err != nil {
-			return nil, fmt.Errorf("write layer: %w", err)
-		}
-	}
-	// Scripts often start with #!/usr/bin/env.
-	if err := tw.WriteHeader(&tar.Header{Name: "usr/bin/env", Typeflag: tar.TypeSymlink, Linkname: "/bin/busybox", Mode: 0o777, ModTime: epoch()}); err != nil {
-		return nil, fmt.Errorf("write layer: %w", err)
-	}
-	files := []struct {
-		name, data string
-	}{
-		{"etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"},
-		{"etc/group", "root:x:0:\nnogroup:x:65534:\n"},
-		{"etc/hosts", "127.0.0.1\tlocalhost\n"},
+		return nil
 	}
 	for _, f := range files {
-		if err := writeTarFile(tw, f.name, 0o644, []byte(f.data)); err != nil {
-			return nil, fmt.Errorf("write layer: %w", err)
+		name := strings.TrimPrefix(path.Clean("/"+f.Path), "/")
+		if name == "" {
+			return nil, fmt.Errorf("file %q: not a path below the root", f.Path)
 		}
+		if seen[name] {
+			return nil, fmt.Errorf("file %q: %s is in the image twice", f.Path, name)
+		}
+		var parents []string
+		for p := path.Dir(name); p != "." && !seen[p]; p = path.Dir(p) {
+			parents = append(parents, p)
+		}
+		for i := len(parents) - 1; i >= 0; i-- {
+			if err := dir(parents[i], 0o755); err != nil {
+				return nil, err
+			}
+		}
+		mode := f.Mode
+		switch {
+		case f.Dir:
+			if mode == 0 {
+				mode = 0o755
+			}
+			if err := dir(name, mode); err != nil {
+				return nil, err
+			}
+			continue
+		case f.Link != "":
+			if mode == 0 {
+				mode = 0o777
+			}
+			if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: f.Link, Mode: mode, ModTime: epoch()}); err != nil {
+				return nil, fmt.Errorf("write layer: %w", err)
+			}
+		default:
+			if mode == 0 {
+				mode = 0o644
+			}
+			if err := writeTarFile(tw, name, mode, f.Data); err != nil {
+				return nil, fmt.Errorf("write layer: %w", err)
+			}
+		}
+		seen[name] = true
 	}
 	if err := tw.Close(); err != nil {
 		return nil, fmt.Errorf("write layer: %w", err)
@@ -231,15 +338,132 @@ func writeTarFile(tw *tar.Writer, name string, mode int64, data []byte) error {
 	return nil
 }
 
-// importImage loads the image tarball into containerd's k8s.io namespace,
-// where the CRI plugin (and so the kubelet) sees it.
+// ExecutableFiles returns what an image needs to run the program at
+// program: the program itself at imagePath (mode 0755), and, when it is
+// dynamically linked, every shared library and the dynamic loader that
+// `ldd` lists, at the same paths as on this machine (symbolic links
+// followed, so each is a regular file). Nothing else: no shell, no /etc.
+func ExecutableFiles(ctx context.Context, program, imagePath string) ([]ImageFile, error) {
+	data, err := os.ReadFile(program)
+	if err != nil {
+		return nil, fmt.Errorf("image files of %s: %w", program, err)
+	}
+	files := []ImageFile{{Path: imagePath, Mode: 0o755, Data: data}}
+	ldd, err := exec.LookPath("ldd")
+	if err != nil {
+		return nil, fmt.Errorf("image files of %s: %w", program, err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, ldd, program)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	text := string(out) + stderr.String()
+	if strings.Contains(text, "not a dynamic executable") || strings.Contains(text, "statically linked") {
+		return files, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image files of %s: ldd: %w: %s", program, err, strings.TrimSpace(text))
+	}
+	libs, err := parseLdd(string(out))
+	if err != nil {
+		return nil, fmt.Errorf("image files of %s: %w", program, err)
+	}
+	for _, lib := range libs {
+		data, err := os.ReadFile(lib)
+		if err != nil {
+			return nil, fmt.Errorf("image files of %s: %w", program, err)
+		}
+		st, err := os.Stat(lib)
+		if err != nil {
+			return nil, fmt.Errorf("image files of %s: %w", program, err)
+		}
+		files = append(files, ImageFile{Path: lib, Mode: int64(st.Mode().Perm()), Data: data})
+	}
+	return files, nil
+}
+
+// parseLdd returns the absolute paths in ldd's output, in order and once
+// each: "libc.so.6 => /lib/.../libc.so.6 (0x...)" gives the library,
+// "/lib64/ld-linux-x86-64.so.2 (0x...)" the loader; the vDSO, which has no
+// file, is left out. A library ldd cannot find is an error.
+func parseLdd(out string) ([]string, error) {
+	var paths []string
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		p := line
+		if name, target, ok := strings.Cut(line, "=>"); ok {
+			p = strings.TrimSpace(target)
+			if strings.HasPrefix(p, "not found") {
+				return nil, fmt.Errorf("ldd: library %s not found", strings.TrimSpace(name))
+			}
+		}
+		if f := strings.Fields(p); len(f) > 0 && strings.HasPrefix(f[0], "/") && !seen[f[0]] {
+			seen[f[0]] = true
+			paths = append(paths, f[0])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read ldd output: %w", err)
+	}
+	return paths, nil
+}
+
+// ImportImage builds img and imports it into the cluster's containerd
+// (namespace k8s.io), replacing any image of that name, then waits until
+// the CRI plugin, and so the kubelet, sees it. No registry or container
+// engine is involved: pods must use the image with imagePullPolicy: Never.
+// The image stays until the cluster stops.
+func (c *Cluster) ImportImage(ctx context.Context, img Image) error {
+	f, err := os.CreateTemp(c.p.root, "image-*.tar")
+	if err != nil {
+		return fmt.Errorf("import image %s: %w", img.Name, err)
+	}
+	defer os.Remove(f.Name())
+	bw := bufio.NewWriterSize(f, 1<<20)
+	err = writeDockerArchive(bw, img)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("import image %s: %w", img.Name, err)
+	}
+	if err := importArchive(ctx, c.tools.Ctr, c.p.containerdSocket, f.Name(), img.Name); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var watch []*process
+	if p := c.proc(compContainerd); p.running() {
+		watch = append(watch, p)
+	}
+	return c.waitFor(ctx, "the CRI plugin to see "+img.Name, watch, func(ctx context.Context) error {
+		return criHasImage(ctx, c.p.containerdSocket, img.Name)
+	})
+}
+
+// importImage loads the busybox image tarball into containerd's k8s.io
+// namespace, where the CRI plugin (and so the kubelet) sees it.
 func importImage(ctx context.Context, ctr, socket, tarball string) error {
+	return importArchive(ctx, ctr, socket, tarball, BusyboxImage)
+}
+
+// importArchive loads the image archive tarball, holding image name, into
+// containerd's k8s.io namespace.
+func importArchive(ctx context.Context, ctr, socket, tarball, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ctr, "--address", socket, "--namespace", "k8s.io", "images", "import", tarball)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("import %s into containerd: %w\n%s", BusyboxImage, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("import %s into containerd: %w\n%s", name, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

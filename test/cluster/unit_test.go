@@ -22,7 +22,7 @@ import (
 )
 
 func TestDockerArchive(t *testing.T) {
-	archive, err := dockerArchive([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"})
+	archive, err := dockerArchive(busyboxImage([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestDockerArchive(t *testing.T) {
 		}
 	}
 
-	again, err := dockerArchive([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"})
+	again, err := dockerArchive(busyboxImage([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"}))
 	if err != nil {
 		t.Fatal(err)
 	}

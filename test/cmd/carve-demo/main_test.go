@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/carve-dev/carve/test/cluster"
+	"github.com/carve-dev/carve/test/harness"
+)
+
+func TestParseOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		steps   []string
+		wantErr string
+	}{
+		{name: "defaults", steps: []string{"full", "balanced", "shared-4"}},
+		{name: "steps", args: []string{"--steps", " all-1g, ,split "}, steps: []string{"all-1g", "split"}},
+		{name: "no steps", args: []string{"--steps", ","}, wantErr: "at least one profile"},
+		{name: "real GPUs", args: []string{"--gpus", "nvml"}, wantErr: "simulated GPUs"},
+		{name: "stray argument", args: []string{"now"}, wantErr: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseOptions(tt.args, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(o.steps, ",") != strings.Join(tt.steps, ",") {
+				t.Errorf("steps %q, want %q", o.steps, tt.steps)
+			}
+		})
+	}
+}
+
+func TestOpsSummary(t *testing.T) {
+	got := opsSummary("profile balanced (label) applied in 104ms: 80 ops on GPUs 0, 1")
+	if want := "80 ops in 104ms on GPUs 0, 1"; got != want {
+		t.Errorf("opsSummary = %q, want %q", got, want)
+	}
+	if got := opsSummary("something else"); got != "something else" {
+		t.Errorf("an unknown message is changed: %q", got)
+	}
+}
+
+// TestDemo runs `make demo` as the README has it (the agent binary built
+// from this tree, the example profiles, sim:dgx-h100) on the local cluster,
+// and checks what it prints at each step.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo runs a cluster")
+	}
+	if reason, fail := cluster.SkipReason(); reason != "" {
+		if fail {
+			t.Fatal(reason)
+		}
+		t.Skip(reason)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := harness.BuildAgent(ctx, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseOptions([]string{"--agent", bin, "--profiles", filepath.Join(root, "configs", "examples", "profiles.yaml")}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	err = run(ctx, o, &out)
+	t.Logf("demo output:\n%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^  1 +full +\S+ +none needed +gpu=8$`),
+		regexp.MustCompile(`(?m)^  2 +balanced +\S+ +80 ops in \S+ on GPUs 0, 1, 2, 3, 4, 5, 6, 7 +mig-1g\.10gb=32 mig-2g\.20gb=8 mig-3g\.40gb=8$`),
+		regexp.MustCompile(`(?m)^  3 +shared-4 +\S+ +80 ops in \S+ on GPUs 0, 1, 2, 3, 4, 5, 6, 7 +gpu=32$`),
+		regexp.MustCompile(`demo-balanced-3g-40gb +nvidia\.com/mig-3g\.40gb: 1 +NVIDIA_VISIBLE_DEVICES=MIG-\S+\n += GPU \d, MIG 3g\.40gb at memory slices 4-7`),
+		regexp.MustCompile(`demo-shared-4-gpu +nvidia\.com/gpu: 1 +NVIDIA_VISIBLE_DEVICES=GPU-\S+\n += GPU \d, whole`),
+		regexp.MustCompile(`(?m)^    carve\.dev/profile\.applied=shared-4$`),
+	} {
+		if !want.MatchString(text) {
+			t.Errorf("the output lacks %s", want)
+		}
+	}
+}

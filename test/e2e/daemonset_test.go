@@ -1,0 +1,576 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/carve-dev/carve/agent"
+	"github.com/carve-dev/carve/test/cluster"
+	"github.com/carve-dev/carve/test/harness"
+)
+
+const (
+	// agentImage is the carve-agent image the test builds and imports; it
+	// exists in the cluster's containerd only (imagePullPolicy: Never).
+	agentImage = "carve.dev/carve-agent:e2e"
+	// agentEntrypoint is where the image has carve-agent, as the
+	// Dockerfile's ENTRYPOINT: the DaemonSet gives only args.
+	agentEntrypoint = "/usr/local/bin/carve-agent"
+	// gpuPresent is the label the DaemonSet's nodeSelector asks for.
+	gpuPresent = "nvidia.com/gpu.present"
+	// agentPods selects the DaemonSet's pods.
+	agentPods = "app.kubernetes.io/name=carve-agent"
+	// simStateFile is the simulator's state file in the state directory.
+	simStateFile = "sim-state.json"
+)
+
+// TestDaemonSetOnTheLocalCluster runs configs/deploy for real: the
+// carve-agent binary in an image made without a container engine, the
+// Namespace, ServiceAccount, RBAC, ConfigMap and DaemonSet created through
+// the API server with only what a local cluster needs changed (image,
+// simulated DGX H100, kubelet paths, host network), and checks that the
+// pod becomes Ready through its readiness probe, realises the default and
+// then a labelled profile with the ServiceAccount's least-privilege RBAC,
+// and serves a pod a MIG device.
+func TestDaemonSetOnTheLocalCluster(t *testing.T) {
+	c := suite.Cluster(t)
+	cs := c.Clientset()
+	ctx := testCtx(t, 15*time.Minute)
+	freshNode(t, c)
+	node := c.NodeName()
+
+	t0 := time.Now()
+	importAgentImage(ctx, t, c)
+	t.Logf("built and imported %s in %s", agentImage, time.Since(t0).Round(100*time.Millisecond))
+
+	// Created before the DaemonSet, so that it is removed after the pod.
+	stateDir := t.TempDir()
+	objs := renderDeploy(t)
+	metricsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	localDaemonSet(t, c, objs, stateDir, metricsAddr)
+
+	if err := harness.SetNodeLabels(ctx, cs, node, map[string]string{gpuPresent: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := harness.SetNodeLabels(context.Background(), cs, node, map[string]string{gpuPresent: ""}); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	t0 = time.Now()
+	createDeploy(ctx, t, c, objs)
+
+	pod := waitAgentPodReady(ctx, t, cs, node)
+	t.Logf("pod %s Ready %s after the objects were created", pod.Name, time.Since(t0).Round(100*time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent pod:\n%s", describePod(context.Background(), cs, deployNS, pod.Name))
+		}
+	})
+	if pod.Spec.ServiceAccountName != deploySA || !pod.Spec.HostNetwork {
+		t.Errorf("pod serviceAccountName %q hostNetwork %v", pod.Spec.ServiceAccountName, pod.Spec.HostNetwork)
+	}
+	if _, err := harness.WaitNode(ctx, cs, node, time.Minute, "", func(*corev1.Node) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	err := harness.Poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		ds, err := cs.AppsV1().DaemonSets(deployNS).Get(ctx, deploySA, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		st := ds.Status
+		return st.DesiredNumberScheduled == 1 && st.NumberReady == 1 && st.NumberAvailable == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("DaemonSet status never showed 1 of 1 ready: %v", err)
+	}
+
+	n := waitState(ctx, t, c, agent.StateSuccess, "full")
+	if got := n.Labels[agent.LabelSource]; got != "default" {
+		t.Errorf("%s = %q, want default", agent.LabelSource, got)
+	}
+	waitAllocatable(ctx, t, cs, node, map[string]int64{gpu: 8})
+
+	since := time.Now()
+	setProfileLabel(ctx, t, c, "all-1g")
+	waitState(ctx, t, c, agent.StateSuccess, "all-1g")
+	waitAllocatable(ctx, t, cs, node, map[string]int64{mig1g: 56})
+	t.Logf("profile all-1g realised and advertised %s after the label", time.Since(since).Round(100*time.Millisecond))
+
+	t.Run("an Event from carve-agent on the node", func(t *testing.T) {
+		ev := waitEvent(ctx, t, c, agent.ReasonRepartitioned, "profile all-1g (label) applied", since)
+		if ev.Source.Component != "carve-agent" || ev.Source.Host != node || ev.Namespace != metav1.NamespaceDefault {
+			t.Errorf("event source %+v in namespace %q, want carve-agent on %s in default", ev.Source, ev.Namespace, node)
+		}
+	})
+
+	t.Run("a pod gets a MIG device of the agent's GPUs", func(t *testing.T) {
+		createPod(ctx, t, cs, harness.DevicePod("ds-one-mig", mig1g, 1, 0))
+		got := terminationMessage(ctx, t, cs, "ds-one-mig")
+		if !strings.HasPrefix(got, "MIG-") {
+			t.Fatalf("NVIDIA_VISIBLE_DEVICES = %q, want one MIG device", got)
+		}
+		// The agent keeps the simulated GPUs in the state file on the
+		// node's state hostPath.
+		all := migUUIDs(t, openState(t, filepath.Join(stateDir, simStateFile)))
+		if len(all) != 56 || !slices.Contains(all, got) {
+			t.Errorf("%s is not one of the %d MIG devices in the agent's simulator state", got, len(all))
+		}
+	})
+
+	t.Run("the agent runs as the carve-agent ServiceAccount", func(t *testing.T) {
+		checkAgentIdentity(ctx, t, c, pod)
+	})
+
+	t.Run("probes, metrics and log", func(t *testing.T) {
+		if err := checkServing(ctx, metricsAddr); err != nil {
+			t.Error(err)
+		}
+		p, err := cs.CoreV1().Pods(deployNS).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 0 || !podReady(p) {
+			t.Errorf("container statuses %+v, want one Ready container never restarted", p.Status.ContainerStatuses)
+		}
+		log, err := cs.CoreV1().Pods(deployNS).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "carve-agent"}).DoRaw(ctx)
+		if err != nil {
+			t.Fatalf("agent log: %v", err)
+		}
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("the agent was refused an API call: %s", line)
+			}
+		}
+	})
+}
+
+// importAgentImage builds carve-agent and imports an image of it, holding
+// the binary, the shared libraries ldd lists and the dynamic loader.
+func importAgentImage(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := harness.BuildAgent(ctx, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := cluster.ExecutableFiles(ctx, bin, agentEntrypoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := cluster.Image{Name: agentImage, Files: files, Entrypoint: []string{agentEntrypoint}, CreatedBy: "carve test/e2e: carve-agent"}
+	if err := c.ImportImage(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// localDaemonSet changes the rendered DaemonSet, in place, for the local
+// cluster, and nothing else:
+//   - the image is agentImage, never pulled;
+//   - --gpus=sim:dgx-h100, with --sim-state in the state directory, so a
+//     restarted container finds the GPUs as it left them;
+//   - the pod-resources hostPath is the cluster's kubelet root (the
+//     device-plugin directory is the usual one on every kubelet);
+//   - the state hostPath is stateDir, not the machine's /var/lib/carve;
+//   - host network (the cluster has no pod network and no kube-proxy), with
+//     KUBERNETES_SERVICE_HOST/PORT naming the API server on 127.0.0.1, so
+//     that the in-cluster configuration reaches it;
+//   - the metrics port (and so the probes') is metricsAddr on the host.
+func localDaemonSet(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured, stateDir, metricsAddr string) {
+	t.Helper()
+	u := findObject(objs, "DaemonSet", deploySA)
+	if u == nil {
+		t.Fatalf("configs/deploy renders no DaemonSet %s", deploySA)
+	}
+	var ds appsv1.DaemonSet
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, &ds, true); err != nil {
+		t.Fatalf("DaemonSet: %v", err)
+	}
+	spec := &ds.Spec.Template.Spec
+	if len(spec.Containers) != 1 {
+		t.Fatalf("DaemonSet has %d containers, want 1", len(spec.Containers))
+	}
+	ctr := &spec.Containers[0]
+	_, metricsPort, err := net.SplitHostPort(metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(metricsPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	mountOf := func(volume string) string {
+		for _, m := range ctr.VolumeMounts {
+			if m.Name == volume {
+				return m.MountPath
+			}
+		}
+		t.Fatalf("DaemonSet: no volume mount %s", volume)
+		return ""
+	}
+	hostPath := func(volume string) *corev1.HostPathVolumeSource {
+		for i := range spec.Volumes {
+			if v := &spec.Volumes[i]; v.Name == volume && v.HostPath != nil {
+				return v.HostPath
+			}
+		}
+		t.Fatalf("DaemonSet: no hostPath volume %s", volume)
+		return nil
+	}
+	stateMount := mountOf("state")
+	if hp := hostPath("device-plugins"); hp.Path != c.DevicePluginDir() {
+		t.Fatalf("device-plugins hostPath %s, the kubelet's is %s", hp.Path, c.DevicePluginDir())
+	}
+	hostPath("pod-resources").Path = filepath.Dir(c.PodResourcesSocket())
+	hostPath("state").Path = stateDir
+
+	replaced := map[string]bool{}
+	for i, a := range ctr.Args {
+		name, value, _ := strings.Cut(a, "=")
+		switch name {
+		case "--gpus":
+			ctr.Args[i] = "--gpus=sim:dgx-h100"
+		case "--metrics-addr":
+			ctr.Args[i] = "--metrics-addr=" + metricsAddr
+		case "--pod-resources-socket":
+			// The flag names the socket inside the container: it must lie
+			// in the mounted directory under the kubelet's name for it.
+			if filepath.Dir(value) != mountOf("pod-resources") || filepath.Base(value) != filepath.Base(c.PodResourcesSocket()) {
+				t.Fatalf("%s is not %s in the pod-resources mount %s", a, filepath.Base(c.PodResourcesSocket()), mountOf("pod-resources"))
+			}
+		case "--state-dir":
+			if value != stateMount {
+				t.Fatalf("%s is not the state mount %s", a, stateMount)
+			}
+		case "--kubeconfig", "--sim-state":
+			t.Fatalf("the manifest sets %s; the test expects in-cluster access and real GPUs", a)
+		}
+		replaced[name] = true
+	}
+	for _, f := range []string{"--gpus", "--metrics-addr", "--pod-resources-socket", "--state-dir"} {
+		if !replaced[f] {
+			t.Fatalf("the DaemonSet has no %s argument", f)
+		}
+	}
+	ctr.Args = append(ctr.Args, "--sim-state="+filepath.Join(stateMount, simStateFile))
+
+	ctr.Image = agentImage
+	ctr.ImagePullPolicy = corev1.PullNever
+	spec.HostNetwork = true
+	host, apiPort, err := net.SplitHostPort(strings.TrimPrefix(c.APIServerURL(), "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ctr.Env {
+		if e.Name == "KUBECONFIG" || strings.HasPrefix(e.Name, "KUBERNETES_SERVICE_") {
+			t.Fatalf("the manifest sets %s", e.Name)
+		}
+	}
+	ctr.Env = append(ctr.Env,
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host},
+		corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: apiPort})
+	found := false
+	for i := range ctr.Ports {
+		if ctr.Ports[i].Name == "metrics" {
+			ctr.Ports[i].ContainerPort = int32(port)
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("DaemonSet: no container port metrics")
+	}
+
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&ds)
+	if err != nil {
+		t.Fatalf("DaemonSet: %v", err)
+	}
+	u.Object = obj
+}
+
+// deployOrder is the order in which the objects of configs/deploy are
+// created (and the reverse, in which they are deleted).
+var deployOrder = []string{"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet"}
+
+// createDeploy creates objs through the API server and deletes them when
+// the test ends: the DaemonSet first, waiting until its pod is gone and
+// the agent's device-plugin sockets with it, the Namespace last. A
+// Namespace that exists already (other tests make carve-system for their
+// profile ConfigMap) is used and left in place.
+func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured) {
+	t.Helper()
+	cs := c.Clientset()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
+	resource := func(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", gvk, o.GetName(), err)
+		}
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			return dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
+		}
+		return dyn.Resource(m.Resource), nil
+	}
+	sorted := slices.Clone(objs)
+	for _, o := range sorted {
+		if !slices.Contains(deployOrder, o.GetKind()) {
+			t.Fatalf("configs/deploy renders a %s (%s), which this test does not know", o.GetKind(), o.GetName())
+		}
+	}
+	slices.SortStableFunc(sorted, func(a, b *unstructured.Unstructured) int {
+		return slices.Index(deployOrder, a.GetKind()) - slices.Index(deployOrder, b.GetKind())
+	})
+
+	var created []*unstructured.Unstructured
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		for i := len(created) - 1; i >= 0; i-- {
+			o := created[i]
+			r, err := resource(o)
+			if err == nil {
+				err = r.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("cleanup: delete %s %s: %v", o.GetKind(), o.GetName(), err)
+				continue
+			}
+			switch o.GetKind() {
+			case "DaemonSet":
+				if err := waitAgentGone(ctx, cs); err != nil {
+					t.Errorf("cleanup: %v", err)
+				}
+			case "Namespace":
+				err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+					_, err := cs.CoreV1().Namespaces().Get(ctx, o.GetName(), metav1.GetOptions{})
+					return apierrors.IsNotFound(err), nil
+				})
+				if err != nil {
+					t.Errorf("cleanup: namespace %s still there: %v", o.GetName(), err)
+				}
+			}
+		}
+	})
+	for _, o := range sorted {
+		r, err := resource(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.Create(ctx, o.DeepCopy(), metav1.CreateOptions{FieldManager: "carve-e2e", FieldValidation: "Strict"})
+		if apierrors.IsAlreadyExists(err) && o.GetKind() == "Namespace" {
+			t.Logf("namespace %s exists already; using it and leaving it in place", o.GetName())
+			continue
+		}
+		if err != nil {
+			t.Fatalf("create %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		created = append(created, o)
+	}
+}
+
+// waitAgentGone waits until no pod of the DaemonSet is left, then checks
+// that the agent removed its device-plugin sockets on its way out.
+func waitAgentGone(ctx context.Context, cs kubernetes.Interface) error {
+	var left []string
+	err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Pods(deployNS).List(ctx, metav1.ListOptions{LabelSelector: agentPods})
+		if err != nil {
+			return false, nil
+		}
+		left = left[:0]
+		for _, p := range list.Items {
+			left = append(left, p.Name)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("DaemonSet pods %v still there: %w", left, err)
+	}
+	socks, err := filepath.Glob(filepath.Join(cluster.DevicePluginDir, "carve-*.sock"))
+	if err != nil {
+		return fmt.Errorf("list device-plugin sockets: %w", err)
+	}
+	if len(socks) > 0 {
+		return fmt.Errorf("device-plugin sockets left after the agent pod was gone: %v", socks)
+	}
+	return nil
+}
+
+// podReady reports the pod's Ready condition.
+func podReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitAgentPodReady waits until the DaemonSet's only pod runs on the node
+// and is Ready, which takes the readiness probe (/readyz, by the kubelet).
+func waitAgentPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := harness.Poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Pods(deployNS).List(ctx, metav1.ListOptions{LabelSelector: agentPods})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		if len(list.Items) > 1 {
+			return false, fmt.Errorf("%d DaemonSet pods on a one-node cluster", len(list.Items))
+		}
+		last = &list.Items[0]
+		if last.Spec.NodeName != "" && last.Spec.NodeName != node {
+			return false, fmt.Errorf("pod %s on node %s, want %s", last.Name, last.Spec.NodeName, node)
+		}
+		return podReady(last), nil
+	})
+	if err != nil {
+		if last == nil {
+			t.Fatalf("the DaemonSet made no pod: %v", err)
+		}
+		t.Fatalf("pod %s not Ready: %v\n%s", last.Name, err, describePod(ctx, cs, deployNS, last.Name))
+	}
+	return last
+}
+
+// checkAgentIdentity checks that the only credentials the agent has are
+// its ServiceAccount's: the container gets no kubeconfig (so carve-agent
+// uses the in-cluster configuration), and the token the kubelet mounted
+// into the pod is carve-agent's, bound to this pod (a TokenReview of the
+// token file in the kubelet's pod directory).
+func checkAgentIdentity(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
+	t.Helper()
+	ctr := pod.Spec.Containers[0]
+	for _, a := range append(slices.Clone(ctr.Command), ctr.Args...) {
+		if strings.HasPrefix(a, "--kubeconfig") {
+			t.Errorf("the container has %s", a)
+		}
+	}
+	for _, e := range ctr.Env {
+		if e.Name == "KUBECONFIG" {
+			t.Errorf("the container has KUBECONFIG")
+		}
+	}
+	if pod.Spec.AutomountServiceAccountToken != nil && !*pod.Spec.AutomountServiceAccountToken {
+		t.Fatal("the pod does not mount its ServiceAccount token")
+	}
+	volume := ""
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, s := range v.Projected.Sources {
+			if s.ServiceAccountToken != nil {
+				volume = v.Name
+			}
+		}
+	}
+	if volume == "" {
+		t.Fatal("the pod has no projected ServiceAccount token volume")
+	}
+	path := filepath.Join(c.KubeletRootDir(), "pods", string(pod.UID), "volumes", "kubernetes.io~projected", volume, "token")
+	token, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the pod's token: %v", err)
+	}
+	review, err := c.Clientset().AuthenticationV1().TokenReviews().Create(ctx,
+		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: strings.TrimSpace(string(token))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenReview: %v", err)
+	}
+	st := review.Status
+	want := "system:serviceaccount:" + deployNS + ":" + deploySA
+	if !st.Authenticated || st.User.Username != want {
+		t.Fatalf("the pod's token authenticates %v as %q (%s), want %s", st.Authenticated, st.User.Username, st.Error, want)
+	}
+	if got := st.User.Extra["authentication.kubernetes.io/pod-name"]; !slices.Equal(got, authenticationv1.ExtraValue{pod.Name}) {
+		t.Errorf("the token is bound to pod %v, want %s", got, pod.Name)
+	}
+}
+
+// describePod says what a pod is doing, for failures: phase, conditions,
+// container states, its Events and the end of its log.
+func describePod(ctx context.Context, cs kubernetes.Interface, namespace, name string) string {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var b strings.Builder
+	p, err := cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("pod %s/%s: %v", namespace, name, err)
+	}
+	fmt.Fprintf(&b, "pod %s/%s on %q: phase %s, pod IP %s\n", namespace, name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP)
+	for _, cond := range p.Status.Conditions {
+		fmt.Fprintf(&b, "  condition %s=%s %s %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
+	}
+	previous := false
+	for _, s := range p.Status.ContainerStatuses {
+		fmt.Fprintf(&b, "  container %s: ready %v, restarts %d, image %s\n", s.Name, s.Ready, s.RestartCount, s.Image)
+		if w := s.State.Waiting; w != nil {
+			fmt.Fprintf(&b, "    waiting: %s %s\n", w.Reason, w.Message)
+		}
+		if x := s.State.Terminated; x != nil {
+			fmt.Fprintf(&b, "    terminated: exit %d %s %s\n", x.ExitCode, x.Reason, x.Message)
+		}
+		if x := s.LastTerminationState.Terminated; x != nil {
+			fmt.Fprintf(&b, "    last terminated: exit %d %s %s\n", x.ExitCode, x.Reason, x.Message)
+			previous = true
+		}
+	}
+	sel := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": name}.AsSelector().String()
+	if evs, err := cs.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel}); err == nil {
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "  event %s %s (x%d): %s\n", e.Type, e.Reason, e.Count, e.Message)
+		}
+	}
+	tail := int64(60)
+	for _, prev := range []bool{false, true} {
+		if prev && !previous {
+			continue
+		}
+		log, err := cs.CoreV1().Pods(namespace).GetLogs(name, &corev1.PodLogOptions{TailLines: &tail, Previous: prev}).DoRaw(ctx)
+		fmt.Fprintf(&b, "  log (previous %v, last %d lines, err %v):\n%s\n", prev, tail, err, log)
+	}
+	return b.String()
+}
