@@ -28,9 +28,10 @@ import (
 	"github.com/carve-dev/carve/test/harness"
 )
 
-// The profile ConfigMap the agents of these tests read.
+// The profile ConfigMap the agents of these tests read. Its namespace is
+// not carve-system, which the deployment tests create and delete.
 const (
-	cmNamespace = "carve-system"
+	cmNamespace = "carve-e2e"
 	cmName      = "carve-profiles"
 )
 
@@ -94,10 +95,16 @@ func freshNode(t *testing.T, c *cluster.Cluster) {
 func newSim(t *testing.T, spec string) *sim.Machine {
 	t.Helper()
 	m, err := sim.New(spec)
-	if err != nil {
-		t.Fatal(err)
+	return initSim(t, m, err)
+}
+
+// initSim fails the test on err, else initialises m and returns it.
+func initSim(t *testing.T, m *sim.Machine, err error) *sim.Machine {
+	t.Helper()
+	if err == nil {
+		err = m.Init()
 	}
-	if err := m.Init(); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	return m
@@ -674,23 +681,33 @@ func waitHolds(ctx context.Context, t *testing.T, c *cluster.Cluster, pod string
 	}
 }
 
+// drainSetup starts an agent with drain policy policy and profile small
+// (seven 1g.10gb devices) in force, and a pod that holds one of them for
+// hold; it returns once the pod runs.
+func drainSetup(t *testing.T, c *cluster.Cluster, policy, pod string, hold time.Duration) (context.Context, *sim.Machine) {
+	t.Helper()
+	cs := c.Clientset()
+	ctx := testCtx(t, 8*time.Minute)
+	freshNode(t, c)
+	m := newSim(t, "h100-80gb*1")
+	applyProfiles(ctx, t, c, strings.ReplaceAll(drainProfiles, "POLICY", policy))
+	startAgent(t, c, m, nil)
+	waitState(ctx, t, c, agent.StateSuccess, "small")
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7})
+	createPod(ctx, t, cs, harness.DevicePod(pod, mig1g, 1, hold))
+	created := time.Now()
+	waitHolds(ctx, t, c, pod)
+	t.Logf("the holding pod runs %s after its creation", time.Since(created).Round(100*time.Millisecond))
+	return ctx, m
+}
+
 // TestAgentDrain: a pod holds a MIG device that the next profile removes.
 func TestAgentDrain(t *testing.T) {
 	c := suite.Cluster(t)
 	cs := c.Clientset()
 
 	t.Run("wait: the change waits for the pod to end", func(t *testing.T) {
-		ctx := testCtx(t, 8*time.Minute)
-		freshNode(t, c)
-		m := newSim(t, "h100-80gb*1")
-		applyProfiles(ctx, t, c, strings.ReplaceAll(drainProfiles, "POLICY", "wait"))
-		startAgent(t, c, m, nil)
-		waitState(ctx, t, c, agent.StateSuccess, "small")
-		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7})
-		createPod(ctx, t, cs, harness.DevicePod("drain-wait", mig1g, 1, 25*time.Second))
-		created := time.Now()
-		waitHolds(ctx, t, c, "drain-wait")
-		t.Logf("the holding pod runs %s after its creation", time.Since(created).Round(100*time.Millisecond))
+		ctx, m := drainSetup(t, c, "wait", "drain-wait", 25*time.Second)
 
 		since := time.Now()
 		setProfileLabel(ctx, t, c, "whole")
@@ -717,15 +734,7 @@ func TestAgentDrain(t *testing.T) {
 	})
 
 	t.Run("evict: the pod is evicted, respecting its PodDisruptionBudget", func(t *testing.T) {
-		ctx := testCtx(t, 8*time.Minute)
-		freshNode(t, c)
-		m := newSim(t, "h100-80gb*1")
-		applyProfiles(ctx, t, c, strings.ReplaceAll(drainProfiles, "POLICY", "evict"))
-		startAgent(t, c, m, nil)
-		waitState(ctx, t, c, agent.StateSuccess, "small")
-		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7})
-		createPod(ctx, t, cs, harness.DevicePod("drain-evict", mig1g, 1, 10*time.Minute))
-		waitHolds(ctx, t, c, "drain-evict")
+		ctx, m := drainSetup(t, c, "evict", "drain-evict", 10*time.Minute)
 		one := intstr.FromInt32(1)
 		pdb := &policyv1.PodDisruptionBudget{
 			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "drain-evict"},

@@ -62,12 +62,7 @@ func crashStates(t *testing.T, dir string) (before []byte, want map[int]string, 
 	t.Helper()
 	path := filepath.Join(dir, "before.json")
 	m, err := sim.Open(crashSpec, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Init(); err != nil {
-		t.Fatal(err)
-	}
+	m = initSim(t, m, err)
 	apply := func(targets map[int]partition.Target) int {
 		node, err := partition.ReadNode(m)
 		if err != nil {
@@ -207,13 +202,7 @@ func openState(t *testing.T, path string) *sim.Machine {
 		t.Fatal(err)
 	}
 	m, err := sim.NewFromState(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Init(); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return initSim(t, m, err)
 }
 
 // checkServing checks the agent binary's /readyz and /metrics.
