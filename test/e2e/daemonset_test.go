@@ -92,9 +92,6 @@ func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 	if pod.Spec.ServiceAccountName != deploySA || !pod.Spec.HostNetwork {
 		t.Errorf("pod serviceAccountName %q hostNetwork %v", pod.Spec.ServiceAccountName, pod.Spec.HostNetwork)
 	}
-	if _, err := harness.WaitNode(ctx, cs, node, time.Minute, "", func(*corev1.Node) bool { return true }); err != nil {
-		t.Fatal(err)
-	}
 	err := harness.Poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
 		ds, err := cs.AppsV1().DaemonSets(deployNS).Get(ctx, deploySA, metav1.GetOptions{})
 		if err != nil {
@@ -324,15 +321,10 @@ func localDaemonSet(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstr
 	u.Object = obj
 }
 
-// deployOrder is the order in which the objects of configs/deploy are
-// created (and the reverse, in which they are deleted).
-var deployOrder = []string{"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet"}
-
 // createDeploy creates objs through the API server and deletes them when
 // the test ends: the DaemonSet first, waiting until its pod is gone and
 // the agent's device-plugin sockets with it, the Namespace last. A
-// Namespace that exists already (other tests make carve-system for their
-// profile ConfigMap) is used and left in place.
+// Namespace that exists already is used and left in place.
 func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured) {
 	t.Helper()
 	cs := c.Clientset()
@@ -352,6 +344,8 @@ func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []
 		}
 		return dyn.Resource(m.Resource), nil
 	}
+	// The order of creation; deletion goes the other way.
+	deployOrder := []string{"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet"}
 	sorted := slices.Clone(objs)
 	for _, o := range sorted {
 		if !slices.Contains(deployOrder, o.GetKind()) {
