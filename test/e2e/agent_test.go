@@ -460,37 +460,35 @@ func nextAt3() time.Time {
 // allocatable at each.
 func watchWindow(ctx context.Context, t *testing.T, c *cluster.Cluster, start, end time.Time) {
 	t.Helper()
-	cs := c.Clientset()
-	inWindow := func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelWindow] == "soon" && n.Labels[agent.LabelApplied] == "shared" && n.Labels[agent.LabelState] == agent.StateSuccess
-	}
-	n, err := harness.WaitNode(ctx, cs, c.NodeName(), time.Until(start)+30*time.Second, "window soon in force", inWindow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	entered := time.Now()
-	if entered.Before(start.Add(-time.Second)) {
-		t.Errorf("entered the window %s before its start", start.Sub(entered))
-	}
-	t.Logf("window start: profile shared in force %s after the boundary", entered.Sub(start).Round(10*time.Millisecond))
+	n := crossBoundary(ctx, t, c, start, "start", "shared", true)
 	if got := n.Labels[agent.LabelSource]; got != "window" {
 		t.Errorf("%s = %q in the window, want window", agent.LabelSource, got)
 	}
-	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 3})
+	waitAllocatable(ctx, t, c.Clientset(), c.NodeName(), map[string]int64{gpu: 3})
+	crossBoundary(ctx, t, c, end, "end", "whole", false)
+	waitAllocatable(ctx, t, c.Clientset(), c.NodeName(), map[string]int64{gpu: 1})
+}
 
-	_, err = harness.WaitNode(ctx, cs, c.NodeName(), time.Until(end)+30*time.Second, "window soon over", func(n *corev1.Node) bool {
-		_, in := n.Labels[agent.LabelWindow]
-		return !in && n.Labels[agent.LabelApplied] == "whole" && n.Labels[agent.LabelState] == agent.StateSuccess
+// crossBoundary waits for the node to have profile in force, inside window
+// soon or outside any, and fails the test when that happens more than a
+// second before the boundary at (real time).
+func crossBoundary(ctx context.Context, t *testing.T, c *cluster.Cluster, at time.Time, which, profile string, inside bool) *corev1.Node {
+	t.Helper()
+	what := fmt.Sprintf("profile %s in force at the window's %s", profile, which)
+	n, err := harness.WaitNode(ctx, c.Clientset(), c.NodeName(), time.Until(at)+30*time.Second, what, func(n *corev1.Node) bool {
+		w, in := n.Labels[agent.LabelWindow]
+		return in == inside && (!inside || w == "soon") &&
+			n.Labels[agent.LabelApplied] == profile && n.Labels[agent.LabelState] == agent.StateSuccess
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	left := time.Now()
-	if left.Before(end.Add(-time.Second)) {
-		t.Errorf("left the window %s before its end", end.Sub(left))
+	seen := time.Now()
+	if seen.Before(at.Add(-time.Second)) {
+		t.Errorf("%s %s before the window's %s", what, at.Sub(seen), which)
 	}
-	t.Logf("window end: profile whole in force %s after the boundary", left.Sub(end).Round(10*time.Millisecond))
-	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
+	t.Logf("window %s: profile %s in force %s after the boundary", which, profile, seen.Sub(at).Round(10*time.Millisecond))
+	return n
 }
 
 // TestAgentWindowInjectedClock: once the agent runs, its clock is set 10 s
