@@ -705,7 +705,7 @@ func TestAgentDrain(t *testing.T) {
 	cs := c.Clientset()
 
 	t.Run("wait: the change waits for the pod to end", func(t *testing.T) {
-		ctx, m := drainSetup(t, c, "wait", "drain-wait", 25*time.Second)
+		ctx, m := drainSetup(t, c, "wait", "drain-wait", 40*time.Second)
 
 		since := time.Now()
 		setProfileLabel(ctx, t, c, "whole")
@@ -721,7 +721,7 @@ func TestAgentDrain(t *testing.T) {
 		if ph := harness.PodPhase(ctx, cs, metav1.NamespaceDefault, "drain-wait"); ph != corev1.PodSucceeded {
 			t.Errorf("the change completed with the holding pod %s, want Succeeded (it ran to its end)", ph)
 		}
-		t.Logf("change completed %s after the label, the pod having held its device for 25 s", time.Since(since).Round(100*time.Millisecond))
+		t.Logf("change completed %s after the label, the pod holding its device for 40 s from its start", time.Since(since).Round(100*time.Millisecond))
 		if got := n.Labels[agent.LabelGPUCount]; got != "1" {
 			t.Errorf("%s = %q", agent.LabelGPUCount, got)
 		}
