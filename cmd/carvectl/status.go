@@ -71,7 +71,8 @@ type nodeStatus struct {
 	Applied string `json:"applied,omitempty"`
 	State   string `json:"state,omitempty"`
 	// Resources are the node's allocatable nvidia.com/* resources, by name
-	// without the nvidia.com/ prefix.
+	// without the nvidia.com/ prefix. Resources at zero are left out: the
+	// kubelet keeps a resource whose devices are gone at zero for a while.
 	Resources map[string]int64 `json:"resources"`
 	// LastError is the annotation's last error, or why the annotation
 	// could not be read.
@@ -157,7 +158,7 @@ func nodeStatuses(ctx context.Context, cs kubernetes.Interface, selector string)
 func statusOf(n *corev1.Node) (nodeStatus, bool) {
 	res := map[string]int64{}
 	for name, q := range n.Status.Allocatable {
-		if short, ok := strings.CutPrefix(string(name), nvidiaResourcePrefix); ok {
+		if short, ok := strings.CutPrefix(string(name), nvidiaResourcePrefix); ok && q.Value() != 0 {
 			res[short] = q.Value()
 		}
 	}

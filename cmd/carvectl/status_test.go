@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -64,11 +65,13 @@ func statusNodes(t *testing.T) []runtime.Object {
 		gpuNode("gpu-d", map[string]string{agent.LabelState: agent.StatePending},
 			map[string]string{agent.AnnotationPartition: `{"profile": "full",`}, nil),
 		// The annotation says why, whatever the labels say (here stale).
+		// nvidia.com/gpu at zero is what the kubelet keeps for a while
+		// after the whole GPUs went into MIG: not shown.
 		gpuNode("gpu-e", map[string]string{
 			agent.LabelState: agent.StateDraining, agent.LabelApplied: "balanced", agent.LabelSource: "rule",
 		}, annotation(t, agent.Partition{Profile: "balanced", State: agent.StateDraining, Generation: 9,
 			Selected: &agent.SelectedProfile{Profile: "small", Source: "window", Window: "nightly"}}),
-			map[string]int64{"nvidia.com/mig-1g.10gb": 4}),
+			map[string]int64{"nvidia.com/mig-1g.10gb": 4, "nvidia.com/gpu": 0}),
 		// Pending on an older agent's annotation: the labels cannot tell
 		// what it waits for.
 		gpuNode("gpu-f", map[string]string{
@@ -80,6 +83,8 @@ func statusNodes(t *testing.T) []runtime.Object {
 }
 
 func TestStatusTable(t *testing.T) {
+	// zeroResource matches a resource at zero in a row ("gpu=0").
+	zeroResource := regexp.MustCompile(`=0(\s|$)`)
 	tests := []struct {
 		name      string
 		selector  string
@@ -145,6 +150,9 @@ func TestStatusTable(t *testing.T) {
 				if !ok {
 					t.Errorf("no row for %s:\n%s", node, out.String())
 					continue
+				}
+				if zeroResource.MatchString(row) {
+					t.Errorf("row %q shows a resource at zero", row)
 				}
 				for _, s := range subs {
 					if !strings.Contains(row, s) {

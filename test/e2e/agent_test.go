@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -285,6 +286,30 @@ func TestAgentRealisesTheLabelledProfile(t *testing.T) {
 		slices.Sort(recorded)
 		if want := migUUIDs(t, m); !slices.Equal(recorded, want) {
 			t.Errorf("annotation records MIG devices %v, the GPUs hold %v", recorded, want)
+		}
+	})
+
+	t.Run("carvectl status shows the node", func(t *testing.T) {
+		root, err := harness.RepoRoot(".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin, err := harness.Build(ctx, root, t.TempDir(), "carvectl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.CommandContext(ctx, bin, "status", "--kubeconfig", c.Kubeconfig()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("carvectl status: %v\n%s", err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "NODE") {
+			t.Fatalf("carvectl status: want a header and one node row:\n%s", out)
+		}
+		row := strings.Fields(lines[1])
+		want := []string{c.NodeName(), "all-1g", "label", "all-1g", "all-1g", agent.StateSuccess, "mig-1g.10gb=56"}
+		if len(row) < len(want) || !slices.Equal(row[:len(want)], want) {
+			t.Errorf("carvectl status row %q, want it to start %q", row, want)
 		}
 	})
 

@@ -45,12 +45,18 @@ func isCarveModule(gomod []byte) bool {
 // BuildAgent builds cmd/carve-agent of the repository at root into dir and
 // returns the binary's path.
 func BuildAgent(ctx context.Context, root, dir string) (string, error) {
-	out := filepath.Join(dir, "carve-agent")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/carve-agent")
+	return Build(ctx, root, dir, "carve-agent")
+}
+
+// Build builds the command cmd/<name> of the repository at root into dir
+// and returns the binary's path.
+func Build(ctx context.Context, root, dir, name string) (string, error) {
+	out := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/"+name)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build carve-agent: %w\n%s", err, b)
+		return "", fmt.Errorf("build %s: %w\n%s", name, err, b)
 	}
 	return out, nil
 }
