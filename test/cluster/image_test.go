@@ -20,6 +20,23 @@ import (
 	"testing"
 )
 
+// archiveManifest is one entry of a docker archive's manifest.json.
+type archiveManifest struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
+}
+
+// readManifest decodes manifest.json of an archive's files.
+func readManifest(t *testing.T, files map[string][]byte) []archiveManifest {
+	t.Helper()
+	var m []archiveManifest
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil {
+		t.Fatalf("manifest.json: %v", err)
+	}
+	return m
+}
+
 // readTar returns the headers and contents of a tar archive by name, and
 // the names in order.
 func readTar(t *testing.T, data []byte) (map[string]*tar.Header, map[string][]byte, []string) {
@@ -80,14 +97,7 @@ func TestImageArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, files, _ := readTar(t, archive)
-	var manifest []struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
-		t.Fatalf("manifest.json: %v", err)
-	}
+	manifest := readManifest(t, files)
 	if len(manifest) != 1 || !slices.Equal(manifest[0].RepoTags, []string{img.Name}) || len(manifest[0].Layers) != 1 {
 		t.Fatalf("manifest = %+v", manifest)
 	}

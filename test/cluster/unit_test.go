@@ -27,14 +27,7 @@ func TestDockerArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, files, _ := readTar(t, archive)
-	var manifest []struct {
-		Config   string
-		RepoTags []string
-		Layers   []string
-	}
-	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
-		t.Fatalf("manifest.json: %v", err)
-	}
+	manifest := readManifest(t, files)
 	if len(manifest) != 1 || len(manifest[0].RepoTags) != 1 || manifest[0].RepoTags[0] != BusyboxImage || len(manifest[0].Layers) != 1 {
 		t.Fatalf("manifest = %+v", manifest)
 	}
