@@ -38,9 +38,6 @@ const (
 
 // agentRun is a carve agent running in the test process on simulated GPUs.
 type agentRun struct {
-	a      *agent.Agent
-	m      *sim.Machine
-	log    string
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // Run's answer, once done is closed
@@ -135,7 +132,7 @@ func startAgent(t *testing.T, c *cluster.Cluster, m *sim.Machine, mod func(*agen
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &agentRun{a: a, m: m, log: logPath, cancel: cancel, done: make(chan struct{})}
+	r := &agentRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		r.err = a.Run(ctx)
 		close(r.done)

@@ -8,7 +8,6 @@ package harness
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -371,6 +370,3 @@ func WaitEvent(ctx context.Context, cs kubernetes.Interface, node, reason, subst
 	}
 	return found, nil
 }
-
-// ErrNotExited is returned by Process.Wait when the process still runs.
-var ErrNotExited = errors.New("process still running")

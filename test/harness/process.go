@@ -61,6 +61,9 @@ func Build(ctx context.Context, root, dir, name string) (string, error) {
 	return out, nil
 }
 
+// ErrNotExited is returned by Process.Wait when the process still runs.
+var ErrNotExited = errors.New("process still running")
+
 // Process is a carve-agent (or any) process started by Start.
 type Process struct {
 	cmd  *exec.Cmd
