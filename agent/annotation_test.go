@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
@@ -29,9 +30,9 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := GPURecords(gpus, res, sharing)
-	want := []GPURecord{
+	want := []carvev1.GPURecord{
 		{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "disabled", PendingMIGMode: "enabled", Replicas: 3, RenameShared: true, FailRequestsGreaterThanOne: true},
-		{Index: 1, UUID: "GPU-b", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{
+		{Index: 1, UUID: "GPU-b", Model: "H100-80GB", MIGMode: "enabled", Instances: []carvev1.InstanceRecord{
 			{Profile: "1g.10gb", Placement: partition.Placement{Start: 0, Size: 1}, GIID: 1, UUID: "MIG-1", Replicas: 2},
 			{Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, GIID: 3, UUID: "MIG-3", Replicas: 1},
 		}},
@@ -50,27 +51,27 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 }
 
 func TestPartitionEncodeStable(t *testing.T) {
-	gpus := []GPURecord{{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{{Profile: "7g.80gb", GIID: 0, UUID: "MIG-x", Replicas: 1, Placement: partition.Placement{Size: 8}}}}}
+	gpus := []carvev1.GPURecord{{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "enabled", Instances: []carvev1.InstanceRecord{{Profile: "7g.80gb", GIID: 0, UUID: "MIG-x", Replicas: 1, Placement: partition.Placement{Size: 8}}}}}
 	const gpusJSON = `"gpus":[{"index":0,"uuid":"GPU-a","model":"H100-80GB","migMode":"enabled","instances":[{"profile":"7g.80gb","placement":{"start":0,"size":8},"giID":0,"uuid":"MIG-x","replicas":1}]}]`
 	tests := []struct {
 		name string
-		p    Partition
+		p    carvev1.NodeRecord
 		want string
 	}{
 		{
 			name: "nothing selected",
-			p:    Partition{Profile: "balanced", ProfileHash: "abc", State: StateSuccess, Generation: 3, LastTransition: "2026-01-02T03:04:05Z", GPUs: gpus},
+			p:    carvev1.NodeRecord{Profile: "balanced", ProfileHash: "abc", State: carvev1.StateSuccess, Generation: 3, LastTransition: "2026-01-02T03:04:05Z", GPUs: gpus},
 			want: `{"profile":"balanced","profileHash":"abc","state":"success","generation":3,"lastTransition":"2026-01-02T03:04:05Z",` + gpusJSON + `}`,
 		},
 		{
 			name: "selected by a label",
-			p: Partition{Profile: "balanced", ProfileHash: "abc", Selected: &SelectedProfile{Profile: "small", Source: "label"}, State: StateDraining,
+			p: carvev1.NodeRecord{Profile: "balanced", ProfileHash: "abc", Selected: &carvev1.SelectedProfile{Profile: "small", Source: "label"}, State: carvev1.StateDraining,
 				Generation: 4, LastTransition: "2026-01-02T03:04:05Z", GPUs: gpus},
 			want: `{"profile":"balanced","profileHash":"abc","selected":{"profile":"small","source":"label"},"state":"draining","generation":4,"lastTransition":"2026-01-02T03:04:05Z",` + gpusJSON + `}`,
 		},
 		{
 			name: "selected by a window",
-			p: Partition{Profile: "balanced", ProfileHash: "abc", Selected: &SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}, State: StatePending,
+			p: carvev1.NodeRecord{Profile: "balanced", ProfileHash: "abc", Selected: &carvev1.SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}, State: carvev1.StatePending,
 				Generation: 5, LastTransition: "2026-01-02T03:04:05Z", GPUs: gpus},
 			want: `{"profile":"balanced","profileHash":"abc","selected":{"profile":"full","source":"window","window":"nightly"},"state":"pending","generation":5,"lastTransition":"2026-01-02T03:04:05Z",` + gpusJSON + `}`,
 		},
@@ -84,7 +85,7 @@ func TestPartitionEncodeStable(t *testing.T) {
 			if a != tt.want {
 				t.Fatalf("Encode =\n%s\nwant\n%s", a, tt.want)
 			}
-			back, err := DecodePartition(a)
+			back, err := carvev1.DecodeNodeRecord(a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,35 +98,35 @@ func TestPartitionEncodeStable(t *testing.T) {
 			}
 		})
 	}
-	if empty, _ := (Partition{}).Encode(); empty != `{"profile":"","profileHash":"","state":"","generation":0,"lastTransition":"","gpus":[]}` {
+	if empty, _ := (carvev1.NodeRecord{}).Encode(); empty != `{"profile":"","profileHash":"","state":"","generation":0,"lastTransition":"","gpus":[]}` {
 		t.Fatalf("empty record encodes as %s", empty)
 	}
-	if _, err := DecodePartition("{not json"); err == nil {
-		t.Fatal("DecodePartition accepted bad JSON")
+	if _, err := carvev1.DecodeNodeRecord("{not json"); err == nil {
+		t.Fatal("carvev1.DecodeNodeRecord accepted bad JSON")
 	}
 }
 
 func TestNext(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.FixedZone("X", 3600))
 	t1 := t0.Add(time.Hour)
-	base := Partition{Profile: "full", State: StateSuccess, Selected: &SelectedProfile{Profile: "full", Source: "default"}, GPUs: []GPURecord{{Index: 0, UUID: "GPU-a"}}}
+	base := carvev1.NodeRecord{Profile: "full", State: carvev1.StateSuccess, Selected: &carvev1.SelectedProfile{Profile: "full", Source: "default"}, GPUs: []carvev1.GPURecord{{Index: 0, UUID: "GPU-a"}}}
 	changed := base
-	changed.State = StateDraining
+	changed.State = carvev1.StateDraining
 	sameSelection := base
-	sameSelection.Selected = &SelectedProfile{Profile: "full", Source: "default"} // another pointer, same content
+	sameSelection.Selected = &carvev1.SelectedProfile{Profile: "full", Source: "default"} // another pointer, same content
 	otherSource := base
-	otherSource.Selected = &SelectedProfile{Profile: "full", Source: "label"}
+	otherSource.Selected = &carvev1.SelectedProfile{Profile: "full", Source: "label"}
 	otherProfile := base
-	otherProfile.Selected = &SelectedProfile{Profile: "small", Source: "default"}
+	otherProfile.Selected = &carvev1.SelectedProfile{Profile: "small", Source: "default"}
 	otherWindow := base
-	otherWindow.Selected = &SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}
+	otherWindow.Selected = &carvev1.SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}
 	noSelection := base
 	noSelection.Selected = nil
-	prev := Next(nil, base, t0)
+	prev := carvev1.Next(nil, base, t0)
 	tests := []struct {
 		name     string
-		prev     *Partition
-		next     Partition
+		prev     *carvev1.NodeRecord
+		next     carvev1.NodeRecord
 		now      time.Time
 		wantGen  int64
 		wantTime string
@@ -141,7 +142,7 @@ func TestNext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Next(tt.prev, tt.next, tt.now)
+			got := carvev1.Next(tt.prev, tt.next, tt.now)
 			if got.Generation != tt.wantGen || got.LastTransition != tt.wantTime {
 				t.Fatalf("Next = generation %d at %s, want %d at %s", got.Generation, got.LastTransition, tt.wantGen, tt.wantTime)
 			}
@@ -153,13 +154,13 @@ func TestSelectedFrom(t *testing.T) {
 	tests := []struct {
 		name string
 		sel  configs.Selection
-		want *SelectedProfile
+		want *carvev1.SelectedProfile
 	}{
 		{"nothing selected", configs.Selection{Source: configs.SourceNone, Rule: -1}, nil},
 		{"zero selection", configs.Selection{}, nil},
-		{"default", configs.Selection{Profile: "full", Source: configs.SourceDefault, Rule: -1}, &SelectedProfile{Profile: "full", Source: "default"}},
-		{"rule", configs.Selection{Profile: "balanced", Source: configs.SourceRule, Rule: 2}, &SelectedProfile{Profile: "balanced", Source: "rule"}},
-		{"window", configs.Selection{Profile: "full", Source: configs.SourceWindow, Window: "nightly", Rule: -1}, &SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}},
+		{"default", configs.Selection{Profile: "full", Source: configs.SourceDefault, Rule: -1}, &carvev1.SelectedProfile{Profile: "full", Source: "default"}},
+		{"rule", configs.Selection{Profile: "balanced", Source: configs.SourceRule, Rule: 2}, &carvev1.SelectedProfile{Profile: "balanced", Source: "rule"}},
+		{"window", configs.Selection{Profile: "full", Source: configs.SourceWindow, Window: "nightly", Rule: -1}, &carvev1.SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

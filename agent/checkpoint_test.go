@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -19,7 +20,7 @@ func TestCheckpoints(t *testing.T) {
 	if err := c.Clear(); err != nil {
 		t.Fatalf("Clear with no directory: %v", err)
 	}
-	intent := Intent{
+	intent := carvev1.Checkpoint{
 		Profile: "balanced", ProfileHash: "0123", Started: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		Plan: partition.NodePlan{GPUs: []partition.GPUPlan{{Index: 2, UUID: "GPU-c", Ops: []partition.Op{
 			{Kind: partition.OpCreateGI, Profile: "1g.10gb", Placement: partition.Placement{Start: 0, Size: 1}, GIID: -1, CIID: -1},
@@ -37,7 +38,7 @@ func TestCheckpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := intent
-		want.Version = intentVersion
+		want.Version = carvev1.CheckpointVersion
 		if !reflect.DeepEqual(*got, want) {
 			t.Fatalf("Load =\n%+v\nwant\n%+v", *got, want)
 		}

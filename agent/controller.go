@@ -20,7 +20,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/internal/textfmt"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
 )
@@ -46,7 +48,8 @@ type Controller struct {
 	NodeName string
 	// ConfigMapNamespace and ConfigMapName name the profile ConfigMap.
 	ConfigMapNamespace, ConfigMapName string
-	// Reconciler does the work; the Controller sets its OnApply hook.
+	// Reconciler does the work; build it with the Controller's
+	// RecordApplying as its BeforeApply hook.
 	Reconciler *Reconciler
 	// Events emits Events on the Node; nil emits none.
 	Events EventRecorder
@@ -128,9 +131,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("controller: watch ConfigMap: %w", err)
 	}
-	c.Reconciler.OnApply = func(ctx context.Context, profile string, _ []partition.GPUPlan) {
-		c.patchState(ctx, StateApplying)
-	}
 	nodeFactory.Start(ctx.Done())
 	cmFactory.Start(ctx.Done())
 	defer nodeFactory.Shutdown()
@@ -181,11 +181,11 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 	}
 	in := Input{Labels: node.Labels, Now: c.now()}
 	in.Config, in.ConfigErr = c.loadConfig(cms)
-	if s, ok := node.Annotations[AnnotationPartition]; ok {
-		if p, err := DecodePartition(s); err == nil {
-			in.Previous = &p
+	if s, ok := node.Annotations[carvev1.AnnotationRecord]; ok {
+		if rec, err := carvev1.DecodeNodeRecord(s); err == nil {
+			in.Previous = &rec
 		} else {
-			c.logger().Warn("ignoring an unreadable annotation", "annotation", AnnotationPartition, "err", err)
+			c.logger().Warn("ignoring an unreadable annotation", "annotation", carvev1.AnnotationRecord, "err", err)
 		}
 	}
 	res, err := c.Reconciler.Reconcile(ctx, in)
@@ -200,7 +200,7 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 	if err != nil {
 		return time.Time{}, err
 	}
-	patch, err := MetadataPatch(node.Labels, res.Labels, node.Annotations, map[string]string{AnnotationPartition: enc})
+	patch, err := MetadataPatch(node.Labels, res.Labels, in.Previous, node.Annotations, map[string]string{carvev1.AnnotationRecord: enc})
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -251,9 +251,15 @@ func (c *Controller) emit(node *corev1.Node, ev Event) {
 	c.Events.Event(node, typ, ev.Reason, ev.Message)
 }
 
-// patchState sets carve.dev/state alone, while an apply runs.
+// RecordApplying sets carve.dev/state to applying alone, while an apply
+// runs: the Reconciler's BeforeApply hook.
+func (c *Controller) RecordApplying(ctx context.Context, profile string, _ []partition.GPUPlan) {
+	c.patchState(ctx, carvev1.StateApplying)
+}
+
+// patchState sets carve.dev/state alone.
 func (c *Controller) patchState(ctx context.Context, state string) {
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, LabelState, state)
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, carvev1.LabelState, state)
 	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		c.logger().Warn("could not record the state", "state", state, "err", err)
 	}
@@ -273,7 +279,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, holders []plu
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: a.Pod}}
 		if err := c.Client.PolicyV1().Evictions(a.Namespace).Evict(ctx, ev); err != nil {
 			c.logger().Warn("eviction refused", "pod", key, "err", err)
-			c.emit(node, Event{Warning: true, Reason: ReasonEvicting, Message: fmt.Sprintf("evicting pod %s refused: %s", key, oneLine(err.Error()))})
+			c.emit(node, Event{Warning: true, Reason: carvev1.ReasonEvicting, Message: fmt.Sprintf("evicting pod %s refused: %s", key, textfmt.OneLine(err.Error()))})
 			continue
 		}
 		c.logger().Info("evicted", "pod", key)

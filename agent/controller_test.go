@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
 )
 
 // waitNode polls the fake API server until cond holds for the Node.
@@ -33,9 +35,15 @@ func waitNode(t *testing.T, client *fake.Clientset, what string, cond func(*core
 
 func TestControllerRecordsOnTheNode(t *testing.T) {
 	h := newHarness(t, "h100-80gb*1")
+	// carve wrote mig-4g.40gb.count before (its record says so); GPU
+	// feature discovery wrote mig-7g.80gb.count.
+	prev, err := carvev1.NodeRecord{Generation: 1, Labels: []string{"nvidia.com/mig-4g.40gb.count"}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{
-		"pool": "inference", "carve.dev/profile": "balanced", "nvidia.com/mig-7g.80gb.count": "1",
-	}}}
+		"pool": "inference", "carve.dev/profile": "balanced", "nvidia.com/mig-7g.80gb.count": "1", "nvidia.com/mig-4g.40gb.count": "1",
+	}, Annotations: map[string]string{carvev1.AnnotationRecord: prev}}}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "carve-system", Name: "carve-profiles"},
 		Data: map[string]string{ConfigKey: testProfiles}}
 	client := fake.NewClientset(node, cm)
@@ -55,22 +63,25 @@ func TestControllerRecordsOnTheNode(t *testing.T) {
 	}()
 
 	n := waitNode(t, client, "balanced applied", func(n *corev1.Node) bool {
-		return n.Labels[LabelApplied] == "balanced" && n.Labels[LabelState] == StateSuccess
+		return n.Labels[carvev1.LabelApplied] == "balanced" && n.Labels[carvev1.LabelState] == carvev1.StateSuccess
 	})
 	if n.Labels["pool"] != "inference" || n.Labels["carve.dev/profile"] != "balanced" {
 		t.Fatalf("labels the agent does not own changed: %v", n.Labels)
 	}
-	if _, ok := n.Labels["nvidia.com/mig-7g.80gb.count"]; ok {
-		t.Fatal("stale owned label not removed")
+	if n.Labels["nvidia.com/mig-7g.80gb.count"] != "1" {
+		t.Fatalf("a label carve did not write changed: %v", n.Labels)
 	}
-	p, err := DecodePartition(n.Annotations[AnnotationPartition])
+	if _, ok := n.Labels["nvidia.com/mig-4g.40gb.count"]; ok {
+		t.Fatal("a stale label carve wrote before was not removed")
+	}
+	p, err := carvev1.DecodeNodeRecord(n.Annotations[carvev1.AnnotationRecord])
 	if err != nil || p.Profile != "balanced" || len(p.GPUs) != 1 {
 		t.Fatalf("annotation %+v, %v", p, err)
 	}
 	select {
 	case e := <-events.Events:
-		if !strings.Contains(e, ReasonRepartitioned) {
-			t.Fatalf("event %q, want %s", e, ReasonRepartitioned)
+		if !strings.Contains(e, carvev1.ReasonRepartitioned) {
+			t.Fatalf("event %q, want %s", e, carvev1.ReasonRepartitioned)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no event")
@@ -94,14 +105,14 @@ func TestControllerRecordsOnTheNode(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps("carve-system").Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitNode(t, client, "state failed", func(n *corev1.Node) bool { return n.Labels[LabelState] == StateFailed })
+	waitNode(t, client, "state failed", func(n *corev1.Node) bool { return n.Labels[carvev1.LabelState] == carvev1.StateFailed })
 	if ops := h.m.OpLog(); len(ops) != 0 {
 		t.Fatalf("broken file touched the GPUs: %v", ops)
 	}
 	for {
 		select {
 		case e := <-events.Events:
-			if strings.HasPrefix(e, "Warning "+ReasonConfigRejected) {
+			if strings.HasPrefix(e, "Warning "+carvev1.ReasonConfigRejected) {
 				return
 			}
 		case <-time.After(10 * time.Second):

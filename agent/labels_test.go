@@ -3,48 +3,12 @@ package agent
 import (
 	"encoding/json"
 	"maps"
-	"strings"
 	"testing"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
 )
-
-func TestOwned(t *testing.T) {
-	tests := []struct {
-		key  string
-		want bool
-	}{
-		{LabelApplied, true},
-		{LabelSource, true},
-		{LabelWindow, true},
-		{LabelState, true},
-		{LabelGPUCount, true},
-		{LabelGPUProduct, true},
-		{LabelGPUMemory, true},
-		{LabelGPUReplicas, true},
-		{LabelSharingStrategy, true},
-		{LabelMIGCapable, true},
-		{LabelMIGStrategy, true},
-		{"nvidia.com/mig-1g.10gb.count", true},
-		{"nvidia.com/mig-1g.10gb.me.replicas", true},
-		{"nvidia.com/mig-3g.40gb.memory", true},
-		{"carve.dev/profile", false}, // the user's pin
-		{"nvidia.com/gpu.family", false},
-		{"nvidia.com/mig-1g.10gb.slices.gi", false},
-		{"nvidia.com/mig-.count", false},
-		{"nvidia.com/mig.config", false},
-		{"kubernetes.io/hostname", false},
-		{"pool", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.key, func(t *testing.T) {
-			if got := Owned(tt.key); got != tt.want {
-				t.Errorf("Owned(%q) = %v, want %v", tt.key, got, tt.want)
-			}
-		})
-	}
-}
 
 func h100(index int, uuid string) partition.GPU {
 	return partition.GPU{Index: index, UUID: uuid, Product: "NVIDIA H100 80GB HBM3", Model: "H100-80GB", MemoryMiB: 81559, MIGCapable: true}
@@ -86,51 +50,51 @@ func TestLabels(t *testing.T) {
 		{
 			name: "whole GPUs time-sliced, in a window",
 			in: func(t *testing.T) LabelInput {
-				return LabelInput{Applied: "shared-4", Source: "window", Window: "nightly", State: StateSuccess, GPUs: whole,
+				return LabelInput{Applied: "shared-4", Source: "window", Window: "nightly", State: carvev1.StateSuccess, GPUs: whole,
 					Resources: expand(t, whole, map[int]timeslice.Sharing{0: {Replicas: 4}, 1: {Replicas: 4}})}
 			},
 			want: map[string]string{
-				LabelApplied: "shared-4", LabelSource: "window", LabelWindow: "nightly", LabelState: "success",
-				LabelGPUCount: "2", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelGPUMemory: "81559",
-				LabelGPUReplicas: "4", LabelSharingStrategy: "time-slicing",
-				LabelMIGCapable: "true", LabelMIGStrategy: "mixed",
+				carvev1.LabelApplied: "shared-4", carvev1.LabelSource: "window", carvev1.LabelWindow: "nightly", carvev1.LabelState: "success",
+				carvev1.LabelGPUCount: "2", carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", carvev1.LabelGPUMemory: "81559",
+				carvev1.LabelGPUReplicas: "4", carvev1.LabelSharingStrategy: "time-slicing",
+				carvev1.LabelMIGCapable: "true", carvev1.LabelMIGStrategy: "mixed",
 			},
 		},
 		{
 			name: "MIG with per-profile replicas, outside windows",
 			in: func(t *testing.T) LabelInput {
 				gpus := []partition.GPU{migGPU}
-				return LabelInput{Applied: "balanced", Source: "label", State: StatePending, GPUs: gpus,
+				return LabelInput{Applied: "balanced", Source: "label", State: carvev1.StatePending, GPUs: gpus,
 					Resources: expand(t, gpus, map[int]timeslice.Sharing{0: {MIGReplicas: map[string]int{"1g.10gb": 2}}})}
 			},
 			want: map[string]string{
-				LabelApplied: "balanced", LabelSource: "label", LabelState: "pending",
-				LabelGPUCount: "1", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelGPUMemory: "81559",
-				LabelGPUReplicas: "1", LabelSharingStrategy: "time-slicing",
-				LabelMIGCapable: "true", LabelMIGStrategy: "mixed",
+				carvev1.LabelApplied: "balanced", carvev1.LabelSource: "label", carvev1.LabelState: "pending",
+				carvev1.LabelGPUCount: "1", carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", carvev1.LabelGPUMemory: "81559",
+				carvev1.LabelGPUReplicas: "1", carvev1.LabelSharingStrategy: "time-slicing",
+				carvev1.LabelMIGCapable: "true", carvev1.LabelMIGStrategy: "mixed",
 				"nvidia.com/mig-1g.10gb.count": "2", "nvidia.com/mig-1g.10gb.replicas": "2", "nvidia.com/mig-1g.10gb.memory": "9984",
 				"nvidia.com/mig-3g.40gb.count": "1", "nvidia.com/mig-3g.40gb.replicas": "1", "nvidia.com/mig-3g.40gb.memory": "40448",
 			},
-			wantNot: []string{LabelWindow, "nvidia.com/mig-1g.10gb.me.count"},
+			wantNot: []string{carvev1.LabelWindow, "nvidia.com/mig-1g.10gb.me.count"},
 		},
 		{
 			name: "GPU without MIG, nothing applied",
 			in: func(t *testing.T) LabelInput {
 				gpus := []partition.GPU{l4}
-				return LabelInput{State: StateFailed, GPUs: gpus, Resources: expand(t, gpus, nil)}
+				return LabelInput{State: carvev1.StateFailed, GPUs: gpus, Resources: expand(t, gpus, nil)}
 			},
 			want: map[string]string{
-				LabelState: "failed", LabelGPUCount: "1", LabelGPUProduct: "NVIDIA-L4", LabelGPUMemory: "23034",
-				LabelGPUReplicas: "1", LabelSharingStrategy: "none", LabelMIGCapable: "false", LabelMIGStrategy: "mixed",
+				carvev1.LabelState: "failed", carvev1.LabelGPUCount: "1", carvev1.LabelGPUProduct: "NVIDIA-L4", carvev1.LabelGPUMemory: "23034",
+				carvev1.LabelGPUReplicas: "1", carvev1.LabelSharingStrategy: "none", carvev1.LabelMIGCapable: "false", carvev1.LabelMIGStrategy: "mixed",
 			},
-			wantNot: []string{LabelApplied, LabelSource, LabelWindow},
+			wantNot: []string{carvev1.LabelApplied, carvev1.LabelSource, carvev1.LabelWindow},
 		},
 		{
 			name: "no GPUs",
 			in: func(t *testing.T) LabelInput {
-				return LabelInput{Applied: "full", Source: "default", State: StateSuccess}
+				return LabelInput{Applied: "full", Source: "default", State: carvev1.StateSuccess}
 			},
-			want: map[string]string{LabelApplied: "full", LabelSource: "default", LabelState: "success"},
+			want: map[string]string{carvev1.LabelApplied: "full", carvev1.LabelSource: "default", carvev1.LabelState: "success"},
 		},
 	}
 	for _, tt := range tests {
@@ -140,26 +104,11 @@ func TestLabels(t *testing.T) {
 				t.Errorf("Labels() =\n%v\nwant\n%v", got, tt.want)
 			}
 			for k := range got {
-				if !Owned(k) {
-					t.Errorf("label %s is not owned", k)
+				if !carvev1.MayWrite(k) {
+					t.Errorf("label %s is not one carve may write", k)
 				}
 			}
 		})
-	}
-}
-
-func TestLabelValue(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3"},
-		{"NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB"},
-		{"(weird) name!", "weird-name"},
-		{"", ""},
-		{strings.Repeat("x", 62) + "-yz", strings.Repeat("x", 62)}, // cut to 63, then trimmed
-	}
-	for _, tt := range tests {
-		if got := labelValue(tt.in); got != tt.want {
-			t.Errorf("labelValue(%q) = %q, want %q", tt.in, got, tt.want)
-		}
 	}
 }
 
@@ -167,28 +116,43 @@ func TestMetadataPatch(t *testing.T) {
 	tests := []struct {
 		name            string
 		cur, want       map[string]string
+		prev            *carvev1.NodeRecord
 		curAnn, wantAnn map[string]string
 		wantPatch       string // "" for nil
 		wantErr         bool
 	}{
 		{
 			name:   "nothing changes",
-			cur:    map[string]string{LabelState: "success", "pool": "a", "nvidia.com/mig-1g.10gb.count": "2"},
-			want:   map[string]string{LabelState: "success", "nvidia.com/mig-1g.10gb.count": "2"},
-			curAnn: map[string]string{AnnotationPartition: "{}", "other": "x"}, wantAnn: map[string]string{AnnotationPartition: "{}"},
+			cur:    map[string]string{carvev1.LabelState: "success", "pool": "a", "nvidia.com/mig-1g.10gb.count": "2"},
+			want:   map[string]string{carvev1.LabelState: "success", "nvidia.com/mig-1g.10gb.count": "2"},
+			curAnn: map[string]string{carvev1.AnnotationRecord: "{}", "other": "x"}, wantAnn: map[string]string{carvev1.AnnotationRecord: "{}"},
 		},
 		{
 			name:      "changed and stale owned labels, unowned untouched",
-			cur:       map[string]string{LabelState: "applying", "pool": "a", "carve.dev/profile": "x", "nvidia.com/mig-3g.40gb.count": "1", "nvidia.com/gpu.family": "hopper"},
-			want:      map[string]string{LabelState: "success", LabelApplied: "x"},
+			cur:       map[string]string{carvev1.LabelState: "applying", "pool": "a", "carve.dev/profile": "x", "nvidia.com/mig-3g.40gb.count": "1", "nvidia.com/gpu.family": "hopper"},
+			want:      map[string]string{carvev1.LabelState: "success", carvev1.LabelApplied: "x"},
+			prev:      &carvev1.NodeRecord{Labels: []string{carvev1.LabelState, "nvidia.com/mig-3g.40gb.count"}},
 			wantPatch: `{"metadata":{"labels":{"carve.dev/profile.applied":"x","carve.dev/state":"success","nvidia.com/mig-3g.40gb.count":null}}}`,
 		},
 		{
+			name:      "keys carve did not write stay, whatever their name",
+			cur:       map[string]string{carvev1.LabelWindow: "night", "nvidia.com/mig-3g.40gb.count": "1", "nvidia.com/mig-1g.10gb.count": "7", "nvidia.com/gpu.product": "H100"},
+			want:      map[string]string{carvev1.LabelState: "success"},
+			prev:      &carvev1.NodeRecord{Labels: []string{"nvidia.com/mig-1g.10gb.count"}},
+			wantPatch: `{"metadata":{"labels":{"carve.dev/state":"success","carve.dev/window":null,"nvidia.com/mig-1g.10gb.count":null}}}`,
+		},
+		{
+			name:      "no record: only carve's own keys are removed",
+			cur:       map[string]string{carvev1.LabelApplied: "x", "nvidia.com/mig-1g.10gb.count": "7", carvev1.LabelProfile: "x"},
+			want:      map[string]string{},
+			wantPatch: `{"metadata":{"labels":{"carve.dev/profile.applied":null}}}`,
+		},
+		{
 			name:      "annotation only",
-			cur:       map[string]string{LabelState: "success"},
-			want:      map[string]string{LabelState: "success"},
-			curAnn:    map[string]string{AnnotationPartition: `{"generation":1}`},
-			wantAnn:   map[string]string{AnnotationPartition: `{"generation":2}`},
+			cur:       map[string]string{carvev1.LabelState: "success"},
+			want:      map[string]string{carvev1.LabelState: "success"},
+			curAnn:    map[string]string{carvev1.AnnotationRecord: `{"generation":1}`},
+			wantAnn:   map[string]string{carvev1.AnnotationRecord: `{"generation":2}`},
 			wantPatch: `{"metadata":{"annotations":{"carve.dev/partition":"{\"generation\":2}"}}}`,
 		},
 		{
@@ -196,10 +160,15 @@ func TestMetadataPatch(t *testing.T) {
 			want:    map[string]string{"pool": "b"},
 			wantErr: true,
 		},
+		{
+			name:    "the operator's pin wanted",
+			want:    map[string]string{carvev1.LabelProfile: "b"},
+			wantErr: true,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := MetadataPatch(tt.cur, tt.want, tt.curAnn, tt.wantAnn)
+			got, err := MetadataPatch(tt.cur, tt.want, tt.prev, tt.curAnn, tt.wantAnn)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
 			}

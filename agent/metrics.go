@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
 )
 
 // Metrics are the agent's Prometheus metrics. The device plugin registers
@@ -46,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // allStates lists the values of carve.dev/state.
 func allStates() []string {
-	return []string{StateSuccess, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired}
+	return []string{carvev1.StateSuccess, carvev1.StatePending, carvev1.StateDraining, carvev1.StateApplying, carvev1.StateFailed, carvev1.StateRebootRequired}
 }
 
 // observe records one reconcile; a nil Metrics records nothing.

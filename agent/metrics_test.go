@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/timeslice"
 )
 
@@ -20,13 +21,13 @@ func TestMetrics(t *testing.T) {
 	if _, err := NewMetrics(reg); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
-	res := Result{State: StateDraining, OpsApplied: 3, ApplyDuration: time.Second, Resources: timeslice.Resources{
+	res := Result{State: carvev1.StateDraining, OpsApplied: 3, ApplyDuration: time.Second, Resources: timeslice.Resources{
 		"nvidia.com/mig-1g.10gb": make([]timeslice.Device, 4),
 		"nvidia.com/gpu":         make([]timeslice.Device, 1),
 	}}
 	m.observe(res, nil)
 	m.observe(Result{}, errors.New("NVML away"))
-	res.State, res.Resources = StateSuccess, timeslice.Resources{"nvidia.com/gpu": make([]timeslice.Device, 2)}
+	res.State, res.Resources = carvev1.StateSuccess, timeslice.Resources{"nvidia.com/gpu": make([]timeslice.Device, 2)}
 	m.observe(res, nil)
 
 	// The series on the registry, before any is read below (reading a
@@ -58,8 +59,8 @@ func TestMetrics(t *testing.T) {
 		{`carve_agent_reconciles_total{result="draining"}`, m.reconciles.WithLabelValues("draining"), 1},
 		{`carve_agent_reconciles_total{result="success"}`, m.reconciles.WithLabelValues("success"), 1},
 		{`carve_agent_reconciles_total{result="error"}`, m.reconciles.WithLabelValues("error"), 1},
-		{`carve_agent_state{state="success"}`, m.state.WithLabelValues(StateSuccess), 1},
-		{`carve_agent_state{state="draining"}`, m.state.WithLabelValues(StateDraining), 0},
+		{`carve_agent_state{state="success"}`, m.state.WithLabelValues(carvev1.StateSuccess), 1},
+		{`carve_agent_state{state="draining"}`, m.state.WithLabelValues(carvev1.StateDraining), 0},
 		{`carve_agent_devices_advertised{resource="nvidia.com/gpu"}`, m.devices.WithLabelValues("nvidia.com/gpu"), 2},
 	}
 	for _, v := range values {

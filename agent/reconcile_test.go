@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
@@ -111,7 +112,7 @@ type harness struct {
 	dir    string
 	now    time.Time
 	labels map[string]string
-	prev   *Partition
+	prev   *carvev1.NodeRecord
 }
 
 const testProfiles = `version: v1
@@ -185,9 +186,9 @@ func (h *harness) parse(yaml string) *configs.File {
 func (h *harness) reconcile(f *configs.File, cfgErr error, profile string) Result {
 	h.t.Helper()
 	if profile == "" {
-		delete(h.labels, configs.LabelProfile)
+		delete(h.labels, carvev1.LabelProfile)
 	} else {
-		h.labels[configs.LabelProfile] = profile
+		h.labels[carvev1.LabelProfile] = profile
 	}
 	res, err := h.r.Reconcile(context.Background(), Input{Config: f, ConfigErr: cfgErr, Labels: h.labels, Now: h.now, Previous: h.prev})
 	if err != nil {
@@ -198,11 +199,12 @@ func (h *harness) reconcile(f *configs.File, cfgErr error, profile string) Resul
 }
 
 // record applies the result's labels and annotation as the Kubernetes side
-// will, through MetadataPatch's semantics.
+// will, through MetadataPatch's semantics: a label carve owns by the
+// record the node carried goes when the result lacks it.
 func (h *harness) record(res Result) {
 	h.t.Helper()
 	for k := range h.labels {
-		if Owned(k) {
+		if carvev1.Owns(h.prev, k) {
 			if _, keep := res.Labels[k]; !keep {
 				delete(h.labels, k)
 			}
@@ -294,14 +296,14 @@ func TestReconcileAppliesProfiles(t *testing.T) {
 			name: "default: whole GPUs", profile: "",
 			wantLayout: "0:whole 1:whole",
 			wantRes:    map[string]int{"nvidia.com/gpu": 2},
-			wantLabels: map[string]string{LabelApplied: "full", LabelSource: "default", LabelState: "success", LabelGPUCount: "2", LabelSharingStrategy: "none", LabelGPUReplicas: "1"},
+			wantLabels: map[string]string{carvev1.LabelApplied: "full", carvev1.LabelSource: "default", carvev1.LabelState: "success", carvev1.LabelGPUCount: "2", carvev1.LabelSharingStrategy: "none", carvev1.LabelGPUReplicas: "1"},
 		},
 		{
 			name: "label: balanced MIG", profile: "balanced",
 			wantLayout: "0:[2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4] 1:[2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4]",
 			wantRes:    map[string]int{"nvidia.com/mig-1g.10gb": 8, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2},
 			wantLabels: map[string]string{
-				LabelApplied: "balanced", LabelSource: "label", LabelState: "success", LabelSharingStrategy: "time-slicing",
+				carvev1.LabelApplied: "balanced", carvev1.LabelSource: "label", carvev1.LabelState: "success", carvev1.LabelSharingStrategy: "time-slicing",
 				"nvidia.com/mig-1g.10gb.count": "4", "nvidia.com/mig-1g.10gb.replicas": "2", "nvidia.com/mig-3g.40gb.count": "2",
 			},
 		},
@@ -310,7 +312,7 @@ func TestReconcileAppliesProfiles(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, "h100-80gb*2")
 			res := h.reconcile(h.parse(testProfiles), nil, tt.profile)
-			if res.State != StateSuccess || res.Err != nil {
+			if res.State != carvev1.StateSuccess || res.Err != nil {
 				t.Fatalf("state %s, err %v", res.State, res.Err)
 			}
 			if got := layout(h.gpus()); got != tt.wantLayout {
@@ -324,10 +326,10 @@ func TestReconcileAppliesProfiles(t *testing.T) {
 					t.Errorf("label %s = %q, want %q", k, res.Labels[k], v)
 				}
 			}
-			if _, ok := res.Labels[LabelWindow]; ok {
+			if _, ok := res.Labels[carvev1.LabelWindow]; ok {
 				t.Errorf("window label outside windows")
 			}
-			if res.Annotation.Profile != res.Labels[LabelApplied] || res.Annotation.Generation != 1 || len(res.Annotation.GPUs) != 2 {
+			if res.Annotation.Profile != res.Labels[carvev1.LabelApplied] || res.Annotation.Generation != 1 || len(res.Annotation.GPUs) != 2 {
 				t.Errorf("annotation %+v", res.Annotation)
 			}
 			if in, err := (&Checkpoints{Dir: h.dir}).Load(); err != nil || in != nil {
@@ -353,7 +355,7 @@ func TestReconcileUnchangedWritesNothing(t *testing.T) {
 	if firstAnn != secondAnn {
 		t.Fatalf("annotation changed without a change:\n%s\n%s", firstAnn, secondAnn)
 	}
-	patch, err := MetadataPatch(curLabels, second.Labels, map[string]string{AnnotationPartition: firstAnn}, map[string]string{AnnotationPartition: secondAnn})
+	patch, err := MetadataPatch(curLabels, second.Labels, &first.Annotation, map[string]string{carvev1.AnnotationRecord: firstAnn}, map[string]string{carvev1.AnnotationRecord: secondAnn})
 	if err != nil || patch != nil {
 		t.Fatalf("patch = %s, %v; want none", patch, err)
 	}
@@ -384,8 +386,8 @@ func TestReconcileReplicaOnlyChangeTouchesNoGPU(t *testing.T) {
 			if ops := h.mutations(); len(ops) != 0 {
 				t.Fatalf("replica change touched the GPUs: %v", ops)
 			}
-			if res.State != StateSuccess || res.Labels[LabelApplied] != tt.to {
-				t.Fatalf("state %s applied %q, want success %q", res.State, res.Labels[LabelApplied], tt.to)
+			if res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != tt.to {
+				t.Fatalf("state %s applied %q, want success %q", res.State, res.Labels[carvev1.LabelApplied], tt.to)
 			}
 			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(tt.wantRes) {
 				t.Fatalf("advertised %v, want %v", got, tt.wantRes)
@@ -393,8 +395,8 @@ func TestReconcileReplicaOnlyChangeTouchesNoGPU(t *testing.T) {
 			if res.Annotation.Generation != 2 {
 				t.Fatalf("annotation generation %d, want 2", res.Annotation.Generation)
 			}
-			if !hasEvent(res.Events, ReasonSharingChanged, false) {
-				t.Fatalf("events %v, want %s", reasons(res.Events), ReasonSharingChanged)
+			if !hasEvent(res.Events, carvev1.ReasonSharingChanged, false) {
+				t.Fatalf("events %v, want %s", reasons(res.Events), carvev1.ReasonSharingChanged)
 			}
 		})
 	}
@@ -411,16 +413,16 @@ func TestReconcileRejectedConfigTouchesNoGPU(t *testing.T) {
 		// for a rejected file, which selects nothing.
 		selected string
 	}{
-		{name: "parse error", cfgErr: errors.New("profiles.yaml: line 3: unknown field \"profles\""), reason: ReasonConfigRejected},
-		{name: "impossible geometry", yaml: strings.Replace(testProfiles, "{1g.10gb: 7}", "{1g.10gb: 8}", 1), profile: "small", reason: ReasonConfigRejected},
+		{name: "parse error", cfgErr: errors.New("profiles.yaml: line 3: unknown field \"profles\""), reason: carvev1.ReasonConfigRejected},
+		{name: "impossible geometry", yaml: strings.Replace(testProfiles, "{1g.10gb: 7}", "{1g.10gb: 8}", 1), profile: "small", reason: carvev1.ReasonConfigRejected},
 		// A profile that fits no GPU model at all makes the file broken,
 		// whichever profile the node selects.
-		{name: "impossible geometry in a profile not selected", yaml: strings.Replace(testProfiles, "{1g.10gb: 7}", "{1g.10gb: 8}", 1), profile: "balanced", reason: ReasonConfigRejected},
-		{name: "MIG profile no model has, not selected", yaml: testProfiles + "  odd:\n    - gpus: all\n      mig: {9g.99gb: 1}\n", profile: "balanced", reason: ReasonConfigRejected},
-		{name: "label names an unknown profile", yaml: testProfiles, profile: "no-such", reason: ReasonConfigRejected},
+		{name: "impossible geometry in a profile not selected", yaml: strings.Replace(testProfiles, "{1g.10gb: 7}", "{1g.10gb: 8}", 1), profile: "balanced", reason: carvev1.ReasonConfigRejected},
+		{name: "MIG profile no model has, not selected", yaml: testProfiles + "  odd:\n    - gpus: all\n      mig: {9g.99gb: 1}\n", profile: "balanced", reason: carvev1.ReasonConfigRejected},
+		{name: "label names an unknown profile", yaml: testProfiles, profile: "no-such", reason: carvev1.ReasonConfigRejected},
 		// A selected profile that does not fit this node is unrealisable
 		// here, not a broken file (TestReconcileMixedFleet).
-		{name: "GPU index the node lacks", yaml: testProfiles + "  odd:\n    - gpus: [5]\n      mig: {7g.80gb: 1}\n", profile: "odd", reason: ReasonUnrealisable, selected: "odd"},
+		{name: "GPU index the node lacks", yaml: testProfiles + "  odd:\n    - gpus: [5]\n      mig: {7g.80gb: 1}\n", profile: "odd", reason: carvev1.ReasonUnrealisable, selected: "odd"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -447,11 +449,11 @@ func TestReconcileRejectedConfigTouchesNoGPU(t *testing.T) {
 			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(beforeRes) {
 				t.Fatalf("advertised %v, want unchanged %v", got, beforeRes)
 			}
-			if res.State != StateFailed || res.Labels[LabelState] != StateFailed {
+			if res.State != carvev1.StateFailed || res.Labels[carvev1.LabelState] != carvev1.StateFailed {
 				t.Fatalf("state %s, want failed", res.State)
 			}
-			if res.Labels[LabelApplied] != "balanced" || res.Annotation.Profile != "balanced" {
-				t.Fatalf("applied %q, want the profile the node keeps", res.Labels[LabelApplied])
+			if res.Labels[carvev1.LabelApplied] != "balanced" || res.Annotation.Profile != "balanced" {
+				t.Fatalf("applied %q, want the profile the node keeps", res.Labels[carvev1.LabelApplied])
 			}
 			if !hasEvent(res.Events, tt.reason, true) {
 				t.Fatalf("events %v, want Warning %s", res.Events, tt.reason)
@@ -468,7 +470,7 @@ func TestReconcileRejectedConfigTouchesNoGPU(t *testing.T) {
 
 // selectedProfile is the profile an annotation records as selected, "" when
 // none.
-func selectedProfile(p Partition) string {
+func selectedProfile(p carvev1.NodeRecord) string {
 	if p.Selected == nil {
 		return ""
 	}
@@ -514,21 +516,21 @@ func TestReconcileMixedFleet(t *testing.T) {
 		// wantMessage are substrings of the ProfileUnrealisable Event.
 		wantMessage []string
 	}{
-		{name: "unselected profiles name GPUs 4-7 and A100 profiles", wantState: StateSuccess, wantSelected: "full/default"},
-		{name: "selected profile fits", profile: "h100", wantState: StateSuccess, wantOps: true, wantSelected: "h100/label"},
-		{name: "selected profile names GPUs 4-7", profile: "split", wantState: StateFailed, wantSelected: "split/label",
+		{name: "unselected profiles name GPUs 4-7 and A100 profiles", wantState: carvev1.StateSuccess, wantSelected: "full/default"},
+		{name: "selected profile fits", profile: "h100", wantState: carvev1.StateSuccess, wantOps: true, wantSelected: "h100/label"},
+		{name: "selected profile names GPUs 4-7", profile: "split", wantState: carvev1.StateFailed, wantSelected: "split/label",
 			wantMessage: []string{"profile split cannot be realised", "profiles.split[1].gpus: GPUs 4-7 are not on this node (it has GPUs 0-3)"}},
-		{name: "profile with GPUs 4-7 selected by a rule", labels: map[string]string{"pool": "big"}, wantState: StateFailed, wantSelected: "split/rule",
+		{name: "profile with GPUs 4-7 selected by a rule", labels: map[string]string{"pool": "big"}, wantState: carvev1.StateFailed, wantSelected: "split/rule",
 			wantMessage: []string{"profile split cannot be realised", "GPUs 4-7 are not on this node"}},
-		{name: "selected profile of another model", profile: "a100", wantState: StateFailed, wantSelected: "a100/label",
+		{name: "selected profile of another model", profile: "a100", wantState: carvev1.StateFailed, wantSelected: "a100/label",
 			wantMessage: []string{"profile a100 cannot be realised", "1g.5gb is not a MIG profile of H100-80GB (GPUs 0-3)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, "h100-80gb*4")
 			f := h.parse(mixedFleetProfiles)
-			if res := h.reconcile(f, nil, ""); res.State != StateSuccess || res.Labels[LabelApplied] != "full" {
-				t.Fatalf("setup: state %s applied %q: %v", res.State, res.Labels[LabelApplied], res.Err)
+			if res := h.reconcile(f, nil, ""); res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != "full" {
+				t.Fatalf("setup: state %s applied %q: %v", res.State, res.Labels[carvev1.LabelApplied], res.Err)
 			}
 			before, beforeRes := layout(h.gpus()), h.adv.counts()
 			h.m.ResetOpLog()
@@ -540,7 +542,7 @@ func TestReconcileMixedFleet(t *testing.T) {
 			if res.State != tt.wantState {
 				t.Fatalf("state %s, want %s: %v (events %v)", res.State, tt.wantState, res.Err, res.Events)
 			}
-			if hasEvent(res.Events, ReasonConfigRejected, true) {
+			if hasEvent(res.Events, carvev1.ReasonConfigRejected, true) {
 				t.Fatalf("file rejected: %v", res.Events)
 			}
 			if got := len(h.mutations()) > 0; got != tt.wantOps {
@@ -550,17 +552,17 @@ func TestReconcileMixedFleet(t *testing.T) {
 			if sel == nil || sel.Profile+"/"+sel.Source != tt.wantSelected {
 				t.Fatalf("annotation selected %+v, want %s", sel, tt.wantSelected)
 			}
-			if tt.wantState == StateSuccess {
+			if tt.wantState == carvev1.StateSuccess {
 				return
 			}
 			var msg string
 			for _, e := range res.Events {
-				if e.Reason == ReasonUnrealisable && e.Warning {
+				if e.Reason == carvev1.ReasonUnrealisable && e.Warning {
 					msg = e.Message
 				}
 			}
 			if msg == "" {
-				t.Fatalf("events %v, want Warning %s", res.Events, ReasonUnrealisable)
+				t.Fatalf("events %v, want Warning %s", res.Events, carvev1.ReasonUnrealisable)
 			}
 			for _, want := range tt.wantMessage {
 				if !strings.Contains(msg, want) {
@@ -573,8 +575,8 @@ func TestReconcileMixedFleet(t *testing.T) {
 			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(beforeRes) {
 				t.Errorf("advertised %v, want unchanged %v", got, beforeRes)
 			}
-			if res.Labels[LabelApplied] != "full" || res.Annotation.Profile != "full" {
-				t.Errorf("applied %q / %q, want the profile the node keeps", res.Labels[LabelApplied], res.Annotation.Profile)
+			if res.Labels[carvev1.LabelApplied] != "full" || res.Annotation.Profile != "full" {
+				t.Errorf("applied %q / %q, want the profile the node keeps", res.Labels[carvev1.LabelApplied], res.Annotation.Profile)
 			}
 			if res.Annotation.LastError == "" || !strings.Contains(res.Annotation.LastError, tt.wantMessage[1]) {
 				t.Errorf("last error %q, want it to say %q", res.Annotation.LastError, tt.wantMessage[1])
@@ -595,22 +597,22 @@ func TestReconcileRecordsSelection(t *testing.T) {
 		setup       func(h *harness)
 		wantState   string
 		wantApplied string
-		wantSel     SelectedProfile
+		wantSel     carvev1.SelectedProfile
 		wantGen     int64
 	}{
-		{name: "default", wantState: StateSuccess, wantApplied: "full", wantSel: SelectedProfile{Profile: "full", Source: "default"}, wantGen: 1},
-		{name: "same again writes nothing new", wantState: StateSuccess, wantApplied: "full", wantSel: SelectedProfile{Profile: "full", Source: "default"}, wantGen: 1},
-		{name: "the same profile pinned: only the source changes", profile: "full", wantState: StateSuccess, wantApplied: "full",
-			wantSel: SelectedProfile{Profile: "full", Source: "label"}, wantGen: 2},
-		{name: "balanced applied", profile: "balanced", wantState: StateSuccess, wantApplied: "balanced",
-			wantSel: SelectedProfile{Profile: "balanced", Source: "label"}, wantGen: 3},
+		{name: "default", wantState: carvev1.StateSuccess, wantApplied: "full", wantSel: carvev1.SelectedProfile{Profile: "full", Source: "default"}, wantGen: 1},
+		{name: "same again writes nothing new", wantState: carvev1.StateSuccess, wantApplied: "full", wantSel: carvev1.SelectedProfile{Profile: "full", Source: "default"}, wantGen: 1},
+		{name: "the same profile pinned: only the source changes", profile: "full", wantState: carvev1.StateSuccess, wantApplied: "full",
+			wantSel: carvev1.SelectedProfile{Profile: "full", Source: "label"}, wantGen: 2},
+		{name: "balanced applied", profile: "balanced", wantState: carvev1.StateSuccess, wantApplied: "balanced",
+			wantSel: carvev1.SelectedProfile{Profile: "balanced", Source: "label"}, wantGen: 3},
 		{name: "draining towards small", profile: "small", setup: func(h *harness) {
 			h.inUse.hold(h.migUUID(0, "3g.40gb"), "trainer")
-		}, wantState: StateDraining, wantApplied: "balanced", wantSel: SelectedProfile{Profile: "small", Source: "label"}, wantGen: 4},
+		}, wantState: carvev1.StateDraining, wantApplied: "balanced", wantSel: carvev1.SelectedProfile{Profile: "small", Source: "label"}, wantGen: 4},
 		// Still draining, but towards another profile: the selection
 		// alone changed.
-		{name: "draining towards shared-2", profile: "shared-2", wantState: StateDraining, wantApplied: "balanced",
-			wantSel: SelectedProfile{Profile: "shared-2", Source: "label"}, wantGen: 5},
+		{name: "draining towards shared-2", profile: "shared-2", wantState: carvev1.StateDraining, wantApplied: "balanced",
+			wantSel: carvev1.SelectedProfile{Profile: "shared-2", Source: "label"}, wantGen: 5},
 	}
 	for _, st := range steps {
 		if st.setup != nil {
@@ -638,7 +640,7 @@ func TestReconcileRejectedConfigAfterRestartKeepsSharing(t *testing.T) {
 	h.r = h.newReconciler() // the agent restarts with a broken file
 	h.m.ResetOpLog()
 	res := h.reconcile(nil, errors.New("bad yaml"), "balanced")
-	if res.State != StateFailed || len(h.mutations()) != 0 {
+	if res.State != carvev1.StateFailed || len(h.mutations()) != 0 {
 		t.Fatalf("state %s, ops %v", res.State, h.mutations())
 	}
 	if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -658,11 +660,11 @@ func TestReconcileBusyDeviceDrains(t *testing.T) {
 	h.m.ResetOpLog()
 
 	res := h.reconcile(f, nil, "small")
-	if res.State != StateDraining {
+	if res.State != carvev1.StateDraining {
 		t.Fatalf("state %s, want draining (events %v)", res.State, res.Events)
 	}
-	if !hasEvent(res.Events, ReasonDraining, false) {
-		t.Fatalf("events %v, want %s", reasons(res.Events), ReasonDraining)
+	if !hasEvent(res.Events, carvev1.ReasonDraining, false) {
+		t.Fatalf("events %v, want %s", reasons(res.Events), carvev1.ReasonDraining)
 	}
 	if want := h.now.Add(10 * time.Second); !res.Requeue.Equal(want) {
 		t.Fatalf("requeue %v, want %v", res.Requeue, want)
@@ -676,8 +678,8 @@ func TestReconcileBusyDeviceDrains(t *testing.T) {
 	if got := layout(gpus[1:]); got != "1:[1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6]" {
 		t.Fatalf("the free GPU was not changed: %s", got)
 	}
-	if res.Labels[LabelApplied] != "balanced" {
-		t.Fatalf("applied %q while draining, want the old profile", res.Labels[LabelApplied])
+	if res.Labels[carvev1.LabelApplied] != "balanced" {
+		t.Fatalf("applied %q while draining, want the old profile", res.Labels[carvev1.LabelApplied])
 	}
 	// The devices the change removes from GPU 0 are no longer advertised,
 	// so no new pod lands on them; the kept 1g.10gb devices still are.
@@ -692,15 +694,15 @@ func TestReconcileBusyDeviceDrains(t *testing.T) {
 	// Still busy within the timeout: draining, no repeated event.
 	h.now = h.now.Add(10 * time.Minute)
 	res = h.reconcile(f, nil, "small")
-	if res.State != StateDraining || len(res.Events) != 0 {
+	if res.State != carvev1.StateDraining || len(res.Events) != 0 {
 		t.Fatalf("state %s events %v, want draining and no new event", res.State, res.Events)
 	}
 
 	// Past the drain timeout: failed, nothing killed.
 	h.now = h.now.Add(25 * time.Minute)
 	res = h.reconcile(f, nil, "small")
-	if res.State != StateFailed || !hasEvent(res.Events, ReasonDrainTimeout, true) {
-		t.Fatalf("state %s events %v, want failed with %s", res.State, reasons(res.Events), ReasonDrainTimeout)
+	if res.State != carvev1.StateFailed || !hasEvent(res.Events, carvev1.ReasonDrainTimeout, true) {
+		t.Fatalf("state %s events %v, want failed with %s", res.State, reasons(res.Events), carvev1.ReasonDrainTimeout)
 	}
 	if h.migUUID(0, "3g.40gb") != busy {
 		t.Fatal("the busy instance was destroyed")
@@ -713,8 +715,8 @@ func TestReconcileBusyDeviceDrains(t *testing.T) {
 	}
 	h.now = h.now.Add(time.Minute)
 	res = h.reconcile(f, nil, "small")
-	if res.State != StateSuccess || res.Labels[LabelApplied] != "small" || !hasEvent(res.Events, ReasonRepartitioned, false) {
-		t.Fatalf("state %s applied %q events %v", res.State, res.Labels[LabelApplied], reasons(res.Events))
+	if res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != "small" || !hasEvent(res.Events, carvev1.ReasonRepartitioned, false) {
+		t.Fatalf("state %s applied %q events %v", res.State, res.Labels[carvev1.LabelApplied], reasons(res.Events))
 	}
 	if got := h.adv.counts()["nvidia.com/mig-1g.10gb"]; got != 14 {
 		t.Fatalf("advertised %d 1g.10gb, want 14", got)
@@ -729,9 +731,9 @@ func TestReconcileDrainPolicies(t *testing.T) {
 		warning   bool
 		wantEvict bool
 	}{
-		{"fail", StateFailed, ReasonBlocked, true, false},
-		{"evict", StateDraining, ReasonEvicting, false, true},
-		{"wait", StateDraining, ReasonDraining, false, false},
+		{"fail", carvev1.StateFailed, carvev1.ReasonBlocked, true, false},
+		{"evict", carvev1.StateDraining, carvev1.ReasonEvicting, false, true},
+		{"wait", carvev1.StateDraining, carvev1.ReasonDraining, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy, func(t *testing.T) {
@@ -787,7 +789,7 @@ func TestReconcileWithdrawRace(t *testing.T) {
 	if ops := h.mutations(); len(ops) != 0 {
 		t.Fatalf("GPU touched though a pod got a device before the withdrawal: %v", ops)
 	}
-	if res.State != StateDraining {
+	if res.State != carvev1.StateDraining {
 		t.Fatalf("state %s, want draining", res.State)
 	}
 	if h.migUUID(0, "3g.40gb") != victim {
@@ -806,9 +808,9 @@ func TestReconcileWithdrawsBeforeDestroying(t *testing.T) {
 	h.adv.withdrawn = nil
 	h.m.ResetOpLog()
 	onApply := -1
-	h.r.OnApply = func(_ context.Context, profile string, plans []partition.GPUPlan) {
+	h.r.Hooks.BeforeApply = func(_ context.Context, profile string, plans []partition.GPUPlan) {
 		if profile != "small" || len(plans) != 1 {
-			t.Errorf("OnApply(%s, %d plans), want small with 1 plan", profile, len(plans))
+			t.Errorf("BeforeApply(%s, %d plans), want small with 1 plan", profile, len(plans))
 		}
 		onApply = len(h.m.OpLog())
 	}
@@ -816,7 +818,7 @@ func TestReconcileWithdrawsBeforeDestroying(t *testing.T) {
 	if onApply != 0 {
 		t.Fatalf("OnApply saw %d ops done, want to be called once before any", onApply)
 	}
-	if res.State != StateSuccess {
+	if res.State != carvev1.StateSuccess {
 		t.Fatalf("state %s: %v", res.State, res.Err)
 	}
 	if len(h.adv.withdrawn) != 1 || !slices.Equal(h.adv.withdrawn[0], gone) {
@@ -838,10 +840,10 @@ func TestReconcileMaintenanceWindows(t *testing.T) {
 		wantState      string
 		wantOps        bool
 	}{
-		{"disruptive change waits", "balanced", "small", StatePending, false},
-		{"MIG mode change waits", "full", "balanced", StatePending, false},
-		{"adding instances into free space runs", "half", "half-plus", StateSuccess, true},
-		{"replicas change runs", "shared-2", "shared-4", StateSuccess, false},
+		{"disruptive change waits", "balanced", "small", carvev1.StatePending, false},
+		{"MIG mode change waits", "full", "balanced", carvev1.StatePending, false},
+		{"adding instances into free space runs", "half", "half-plus", carvev1.StateSuccess, true},
+		{"replicas change runs", "shared-2", "shared-4", carvev1.StateSuccess, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -850,7 +852,7 @@ func TestReconcileMaintenanceWindows(t *testing.T) {
 			inside := h.now
 			h.now = time.Date(2026, 3, 2, 3, 0, 0, 0, time.UTC)
 			f := h.parse(testProfiles + maint)
-			if res := h.reconcile(f, nil, tt.from); res.State != StateSuccess {
+			if res := h.reconcile(f, nil, tt.from); res.State != carvev1.StateSuccess {
 				t.Fatalf("setup: state %s: %v", res.State, res.Err)
 			}
 			h.now = inside
@@ -862,22 +864,22 @@ func TestReconcileMaintenanceWindows(t *testing.T) {
 			if got := len(h.mutations()) > 0; got != tt.wantOps {
 				t.Fatalf("ops %v, want some: %v", h.mutations(), tt.wantOps)
 			}
-			if tt.wantState != StatePending {
+			if tt.wantState != carvev1.StatePending {
 				return
 			}
 			if want := time.Date(2026, 3, 3, 2, 0, 0, 0, time.UTC); !res.Requeue.Equal(want) {
 				t.Fatalf("requeue %v, want the next window start %v", res.Requeue, want)
 			}
-			if !hasEvent(res.Events, ReasonPending, false) || res.Labels[LabelApplied] != tt.from {
-				t.Fatalf("events %v applied %q", reasons(res.Events), res.Labels[LabelApplied])
+			if !hasEvent(res.Events, carvev1.ReasonPending, false) || res.Labels[carvev1.LabelApplied] != tt.from {
+				t.Fatalf("events %v applied %q", reasons(res.Events), res.Labels[carvev1.LabelApplied])
 			}
 			if got := selectedProfile(res.Annotation); got != tt.to || res.Annotation.Profile != tt.from {
 				t.Fatalf("annotation: applied %q selected %q while pending, want %q and %q", res.Annotation.Profile, got, tt.from, tt.to)
 			}
 			// In the window the change runs.
 			h.now = res.Requeue
-			if res := h.reconcile(f, nil, tt.to); res.State != StateSuccess || res.Labels[LabelApplied] != tt.to {
-				t.Fatalf("in the window: state %s applied %q: %v", res.State, res.Labels[LabelApplied], res.Err)
+			if res := h.reconcile(f, nil, tt.to); res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != tt.to {
+				t.Fatalf("in the window: state %s applied %q: %v", res.State, res.Labels[carvev1.LabelApplied], res.Err)
 			}
 		})
 	}
@@ -907,7 +909,7 @@ func TestReconcileRebootRequired(t *testing.T) {
 			h.reconcile(f, nil, "full")
 			tt.setup(h)
 			res := h.reconcile(f, nil, "balanced")
-			if res.State != StateRebootRequired || !hasEvent(res.Events, ReasonRebootRequired, true) {
+			if res.State != carvev1.StateRebootRequired || !hasEvent(res.Events, carvev1.ReasonRebootRequired, true) {
 				t.Fatalf("state %s events %v, want reboot-required", res.State, reasons(res.Events))
 			}
 			if !partition.RebootRequired(res.Err) {
@@ -916,8 +918,8 @@ func TestReconcileRebootRequired(t *testing.T) {
 			if res.Requeue.IsZero() {
 				t.Fatal("no retry scheduled")
 			}
-			if res.Labels[LabelApplied] != "full" {
-				t.Fatalf("applied %q, want full", res.Labels[LabelApplied])
+			if res.Labels[carvev1.LabelApplied] != "full" {
+				t.Fatalf("applied %q, want full", res.Labels[carvev1.LabelApplied])
 			}
 			// The machine reboots: the pending mode takes effect and the
 			// next reconcile finishes the change.
@@ -928,8 +930,8 @@ func TestReconcileRebootRequired(t *testing.T) {
 				t.Fatal(err)
 			}
 			res = h.reconcile(f, nil, "balanced")
-			if res.State != StateSuccess || res.Labels[LabelApplied] != "balanced" {
-				t.Fatalf("after reboot: state %s applied %q: %v", res.State, res.Labels[LabelApplied], res.Err)
+			if res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != "balanced" {
+				t.Fatalf("after reboot: state %s applied %q: %v", res.State, res.Labels[carvev1.LabelApplied], res.Err)
 			}
 		})
 	}
@@ -941,7 +943,7 @@ func TestReconcileWindowSelectsProfile(t *testing.T) {
 	h := newHarness(t, "h100-80gb*1")
 	f := h.parse(testProfiles + win)
 	res := h.reconcile(f, nil, "")
-	if res.Labels[LabelApplied] != "full" || res.Labels[LabelWindow] != "" {
+	if res.Labels[carvev1.LabelApplied] != "full" || res.Labels[carvev1.LabelWindow] != "" {
 		t.Fatalf("outside the window: labels %v", res.Labels)
 	}
 	if want := time.Date(2026, 3, 2, 20, 0, 0, 0, time.UTC); !res.Requeue.Equal(want) {
@@ -949,10 +951,10 @@ func TestReconcileWindowSelectsProfile(t *testing.T) {
 	}
 	h.now = res.Requeue
 	res = h.reconcile(f, nil, "")
-	if res.Labels[LabelApplied] != "shared-4" || res.Labels[LabelWindow] != "nightly" || res.Labels[LabelSource] != "window" {
+	if res.Labels[carvev1.LabelApplied] != "shared-4" || res.Labels[carvev1.LabelWindow] != "nightly" || res.Labels[carvev1.LabelSource] != "window" {
 		t.Fatalf("in the window: labels %v", res.Labels)
 	}
-	if want := (SelectedProfile{Profile: "shared-4", Source: "window", Window: "nightly"}); res.Annotation.Selected == nil || *res.Annotation.Selected != want {
+	if want := (carvev1.SelectedProfile{Profile: "shared-4", Source: "window", Window: "nightly"}); res.Annotation.Selected == nil || *res.Annotation.Selected != want {
 		t.Fatalf("in the window: annotation selected %+v, want %+v", res.Annotation.Selected, want)
 	}
 	if want := time.Date(2026, 3, 3, 6, 0, 0, 0, time.UTC); !res.Requeue.Equal(want) {
@@ -960,10 +962,10 @@ func TestReconcileWindowSelectsProfile(t *testing.T) {
 	}
 	h.now = res.Requeue
 	res = h.reconcile(f, nil, "")
-	if _, ok := res.Labels[LabelWindow]; ok || res.Labels[LabelApplied] != "full" {
+	if _, ok := res.Labels[carvev1.LabelWindow]; ok || res.Labels[carvev1.LabelApplied] != "full" {
 		t.Fatalf("after the window: labels %v", res.Labels)
 	}
-	if _, ok := h.labels[LabelWindow]; ok {
+	if _, ok := h.labels[carvev1.LabelWindow]; ok {
 		t.Fatal("window label not removed from the node")
 	}
 }
@@ -972,11 +974,11 @@ func TestReconcileNoProfileLeavesGPUs(t *testing.T) {
 	h := newHarness(t, "h100-80gb*1")
 	f := h.parse(strings.Replace(testProfiles, "defaultProfile: full\n", "", 1))
 	res := h.reconcile(f, nil, "")
-	if res.State != StateSuccess || len(h.mutations()) != 0 {
+	if res.State != carvev1.StateSuccess || len(h.mutations()) != 0 {
 		t.Fatalf("state %s ops %v", res.State, h.mutations())
 	}
-	if _, ok := res.Labels[LabelApplied]; ok {
-		t.Fatalf("applied label %q without a profile", res.Labels[LabelApplied])
+	if _, ok := res.Labels[carvev1.LabelApplied]; ok {
+		t.Fatalf("applied label %q without a profile", res.Labels[carvev1.LabelApplied])
 	}
 	if res.Annotation.Selected != nil {
 		t.Fatalf("annotation selects %+v without a profile", res.Annotation.Selected)
@@ -1005,7 +1007,7 @@ func TestReconcileTransientErrors(t *testing.T) {
 			h.reconcile(f, nil, "full")
 			h.m.ResetOpLog()
 			tt.setup(h)
-			h.labels[configs.LabelProfile] = "balanced"
+			h.labels[carvev1.LabelProfile] = "balanced"
 			if _, err := h.r.Reconcile(context.Background(), Input{Config: f, Labels: h.labels, Now: h.now, Previous: h.prev}); err == nil {
 				t.Fatal("Reconcile succeeded")
 			}
@@ -1036,13 +1038,13 @@ func TestReconcileCrashAfterEveryOp(t *testing.T) {
 				h := newHarness(t, "h100-80gb*2")
 				h.reconcile(f, nil, from)
 				n := 0
-				h.r.AfterOp = func(int, int, partition.Op) error {
+				h.r.Hooks.AfterOp = func(int, int, partition.Op) error {
 					if n++; n == k {
 						return errCrash
 					}
 					return nil
 				}
-				h.labels[configs.LabelProfile] = "small"
+				h.labels[carvev1.LabelProfile] = "small"
 				if _, err := h.r.Reconcile(context.Background(), Input{Config: f, Labels: h.labels, Now: h.now, Previous: h.prev}); err != nil {
 					t.Fatal(err)
 				}
@@ -1052,11 +1054,11 @@ func TestReconcileCrashAfterEveryOp(t *testing.T) {
 				}
 				h.r = h.newReconciler() // restart
 				res := h.reconcile(f, nil, "small")
-				if res.State != StateSuccess {
+				if res.State != carvev1.StateSuccess {
 					t.Fatalf("state %s after restart: %v", res.State, res.Err)
 				}
-				if !hasEvent(res.Events, ReasonResumingApply, false) {
-					t.Fatalf("events %v, want %s", reasons(res.Events), ReasonResumingApply)
+				if !hasEvent(res.Events, carvev1.ReasonResumingApply, false) {
+					t.Fatalf("events %v, want %s", reasons(res.Events), carvev1.ReasonResumingApply)
 				}
 				if got := layout(h.gpus()); got != want {
 					t.Fatalf("layout %s, want %s", got, want)
@@ -1078,7 +1080,7 @@ func TestReconcileCheckpointFailureStopsApply(t *testing.T) {
 	}
 	h.r.Checkpoints = &Checkpoints{Dir: filepath.Join(blocker, "state")} // cannot be made
 	res := h.reconcile(f, nil, "balanced")
-	if res.State != StateFailed || len(h.mutations()) != 0 {
+	if res.State != carvev1.StateFailed || len(h.mutations()) != 0 {
 		t.Fatalf("state %s ops %v; want failed before any op", res.State, h.mutations())
 	}
 }

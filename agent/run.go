@@ -106,11 +106,12 @@ func New(cfg Config) (*Agent, error) {
 	ctrl := &Controller{
 		Client: cfg.Client, NodeName: cfg.NodeName,
 		ConfigMapNamespace: cfg.ConfigMapNamespace, ConfigMapName: cfg.ConfigMapName,
-		Reconciler: &Reconciler{
-			Lib: cfg.GPUs, InUse: plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0), Devices: mgr,
-			Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, AfterOp: cfg.AfterOp, DrainRetry: cfg.DrainRetry,
-		},
 		Metrics: metrics, Clock: cfg.Clock, Logger: cfg.Logger,
+	}
+	ctrl.Reconciler = &Reconciler{
+		Lib: cfg.GPUs, InUse: plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0), Devices: mgr,
+		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
+		Hooks: Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp},
 	}
 	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr}, nil
 }

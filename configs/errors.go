@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // Problem is one thing wrong with a profile file, at one place.
@@ -71,22 +73,7 @@ type problems struct {
 }
 
 func (ps *problems) add(path, format string, args ...any) {
-	ps.list = append(ps.list, Problem{Path: path, Message: oneLine(fmt.Sprintf(format, args...))})
-}
-
-// oneLine joins the lines of a message with "; ", so that every problem
-// stays on one line of Error's output.
-func oneLine(msg string) string {
-	if !strings.Contains(msg, "\n") {
-		return msg
-	}
-	var parts []string
-	for _, l := range strings.Split(msg, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			parts = append(parts, l)
-		}
-	}
-	return strings.Join(parts, "; ")
+	ps.list = append(ps.list, Problem{Path: path, Message: textfmt.OneLine(fmt.Sprintf(format, args...))})
 }
 
 // err returns nil when there are no problems, else an *Error with the

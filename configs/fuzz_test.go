@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
 )
 
 // compactExample is a small but complete file: the fuzzer minimizes every
@@ -44,7 +46,7 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add([]byte(src))
 	}
-	g := newFakeGeometry()
+	g := catalogue()
 	node := dgxH100()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse(data)
@@ -76,7 +78,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("Resolve(%s) gave %d assignments for %d GPUs", name, len(as), len(node))
 			}
 		}
-		s, err := file.Select(map[string]string{LabelProfile: file.DefaultProfile}, now)
+		s, err := file.Select(map[string]string{carvev1.LabelProfile: file.DefaultProfile}, now)
 		if err == nil && s.Source != SourceNone {
 			if _, ok := file.Profiles[s.Profile]; !ok {
 				t.Fatalf("Select chose unknown profile %q", s.Profile)
@@ -157,8 +159,8 @@ func FuzzSelect(f *testing.F) {
 		nil,
 		{"pool": "inference"},
 		{"pool": "research"},
-		{"pool": "inference", LabelProfile: "b"},
-		{"pool": "research", LabelProfile: "nope"},
+		{"pool": "inference", carvev1.LabelProfile: "b"},
+		{"pool": "research", carvev1.LabelProfile: "nope"},
 	}
 	const span = int64(6 * 366 * 86400) // 2025 to 2030
 	epoch := utc(2025, 1, 1, 0, 0)

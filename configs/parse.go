@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // maxMIGCount bounds the instances of one MIG profile in an entry; no GPU
@@ -453,8 +456,8 @@ func (d *decoder) replicaCount(path string, v any) (int, bool) {
 	case n < 1:
 		d.ps.add(path, "replicas must be at least 1, not %d", n)
 		return 0, false
-	case n > MaxReplicas:
-		d.ps.add(path, "%d replicas exceed the limit of %d per device", n, MaxReplicas)
+	case n > carvev1.MaxReplicas:
+		d.ps.add(path, "%d replicas exceed the limit of %d per device", n, carvev1.MaxReplicas)
 		return 0, false
 	}
 	return n, true
@@ -536,23 +539,15 @@ func commonGPUs(a, b GPUSelector) string {
 	return describeGPUs(both)
 }
 
-// describeGPUs writes "GPU 3 is" or "GPUs 0, 1 are", "" for none.
+// describeGPUs writes "GPU 3 is" or "GPUs 0-1 are", "" for none.
 func describeGPUs(idx []int) string {
 	switch len(idx) {
 	case 0:
 		return ""
 	case 1:
-		return fmt.Sprintf("GPU %d is", idx[0])
+		return textfmt.GPUs(idx) + " is"
 	}
-	return "GPUs " + joinInts(idx) + " are"
-}
-
-func joinInts(idx []int) string {
-	s := make([]string, len(idx))
-	for i, n := range idx {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ", ")
+	return textfmt.GPUs(idx) + " are"
 }
 
 func (d *decoder) rules(path string, v any) []Rule {

@@ -129,10 +129,10 @@ func TestParseExampleFile(t *testing.T) {
 	if f.Drain.Timeout != 20*time.Minute {
 		t.Errorf("drain %+v", f.Drain)
 	}
-	if err := f.Validate(newFakeGeometry(), nil); err != nil {
+	if err := f.Validate(catalogue(), nil); err != nil {
 		t.Errorf("Validate(catalogue): %v", err)
 	}
-	if err := f.Validate(newFakeGeometry(), dgxH100()); err != nil {
+	if err := f.Validate(catalogue(), dgxH100()); err != nil {
 		t.Errorf("Validate(dgx-h100): %v", err)
 	}
 }
@@ -316,7 +316,7 @@ profiles:
 `, []string{
 			"profiles.a[1].gpus: GPU 2 is also selected by profiles.a[0]",
 			"profiles.a[2].gpus: GPU 2 is also selected by profiles.a[1]",
-			"profiles.a[2].gpus: GPUs 1, 2 are also selected by profiles.a[0]",
+			"profiles.a[2].gpus: GPUs 1-2 are also selected by profiles.a[0]",
 			"profiles.b[1]: unreachable: profiles.b[0] (gpus: all, no model filter) already selects every GPU",
 			"profiles.c[1].gpus: GPU 1 is also selected by profiles.c[0]",
 		}},
@@ -584,7 +584,7 @@ func TestMatchModel(t *testing.T) {
 
 func TestParseCompactExample(t *testing.T) {
 	f := mustParse(t, compactExample)
-	if err := f.Validate(newFakeGeometry(), dgxH100()); err != nil {
+	if err := f.Validate(catalogue(), dgxH100()); err != nil {
 		t.Fatal(err)
 	}
 }

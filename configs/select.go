@@ -3,6 +3,8 @@ package configs
 import (
 	"fmt"
 	"time"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
 )
 
 // maxChangeSteps bounds the boundary instants NextChange and InMaintenance
@@ -50,10 +52,10 @@ func (f *File) Select(labels map[string]string, now time.Time) (Selection, error
 			return Selection{Profile: w.Profile, Source: SourceWindow, Window: w.Name, Rule: -1}, nil
 		}
 	}
-	if v := labels[LabelProfile]; v != "" {
+	if v := labels[carvev1.LabelProfile]; v != "" {
 		if _, ok := f.Profiles[v]; !ok {
 			return Selection{Source: SourceNone, Rule: -1},
-				fmt.Errorf("node label %s=%s: %w", LabelProfile, v, &UnknownProfileError{Name: v, Known: sortedKeys(f.Profiles)})
+				fmt.Errorf("node label %s=%s: %w", carvev1.LabelProfile, v, &UnknownProfileError{Name: v, Known: sortedKeys(f.Profiles)})
 		}
 		return Selection{Profile: v, Source: SourceLabel, Rule: -1}, nil
 	}

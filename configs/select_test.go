@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
 )
 
 // selectFile has windows that cross midnight, overlap, and apply to all
@@ -46,7 +48,7 @@ func TestSelectPrecedence(t *testing.T) {
 	f := mustParse(t, selectFile)
 	inference := map[string]string{"pool": "inference"}
 	research := map[string]string{"pool": "research", "zone": "a"}
-	pinned := map[string]string{"pool": "inference", LabelProfile: "mig"}
+	pinned := map[string]string{"pool": "inference", carvev1.LabelProfile: "mig"}
 	day := func(h, m int) time.Time { return utc(2025, 6, 2, h, m) }
 	tests := []struct {
 		name   string
@@ -60,9 +62,9 @@ func TestSelectPrecedence(t *testing.T) {
 		{"before the window", inference, day(21, 59), sel("full", SourceDefault, "", -1)},
 		{"window selector does not match", research, day(23, 0), sel("mig", SourceRule, "", 0)},
 		{"window beats the label", pinned, day(23, 0), sel("night", SourceWindow, "night", -1)},
-		{"label beats rules", map[string]string{"pool": "research", LabelProfile: "night"}, day(10, 0), sel("night", SourceLabel, "", -1)},
+		{"label beats rules", map[string]string{"pool": "research", carvev1.LabelProfile: "night"}, day(10, 0), sel("night", SourceLabel, "", -1)},
 		{"label outside windows", pinned, day(10, 0), sel("mig", SourceLabel, "", -1)},
-		{"empty label counts as absent", map[string]string{LabelProfile: ""}, day(10, 0), sel("full", SourceDefault, "", -1)},
+		{"empty label counts as absent", map[string]string{carvev1.LabelProfile: ""}, day(10, 0), sel("full", SourceDefault, "", -1)},
 		{"first matching rule", research, day(10, 0), sel("mig", SourceRule, "", 0)},
 		{"rule needs every label", map[string]string{"zone": "a"}, day(10, 0), sel("full", SourceDefault, "", -1)},
 		{"default", nil, day(10, 0), sel("full", SourceDefault, "", -1)},
@@ -86,7 +88,7 @@ func TestSelectPrecedence(t *testing.T) {
 
 func TestSelectUnknownLabelIsAnError(t *testing.T) {
 	f := mustParse(t, selectFile)
-	labels := map[string]string{LabelProfile: "shraed", "pool": "inference"}
+	labels := map[string]string{carvev1.LabelProfile: "shraed", "pool": "inference"}
 	s, err := f.Select(labels, utc(2025, 6, 2, 10, 0))
 	var uerr *UnknownProfileError
 	if !errors.As(err, &uerr) || uerr.Name != "shraed" {
@@ -288,7 +290,7 @@ func TestTimeline(t *testing.T) {
 		t.Errorf("empty timeline = %v", got)
 	}
 	// A label naming an unknown profile shows as an error outside windows.
-	bad := f.Timeline(map[string]string{LabelProfile: "x"}, utc(2025, 6, 2, 11, 0), 2*time.Hour)
+	bad := f.Timeline(map[string]string{carvev1.LabelProfile: "x"}, utc(2025, 6, 2, 11, 0), 2*time.Hour)
 	if len(bad) != 2 || bad[0].Error == "" || bad[0].Source != SourceNone || bad[1].Window != "noon" || bad[1].Error != "" {
 		t.Errorf("timeline with a bad label = %s", spansString(bad))
 	}

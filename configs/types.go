@@ -8,12 +8,6 @@ import (
 // Version is the only value of the file's version field this package reads.
 const Version = "v1"
 
-// LabelProfile is the node label that pins a node to a profile.
-const LabelProfile = "carve.dev/profile"
-
-// MaxReplicas bounds the time-slicing replicas of one device.
-const MaxReplicas = 1024
-
 // MaxDuration bounds the duration of windows and maintenance windows.
 const MaxDuration = 168 * time.Hour
 

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // Validate checks the MIG geometry of every profile entry with mig against
@@ -18,7 +20,7 @@ import (
 // model lacks, and sets of instances that do not fit (g.Fit).
 //
 // Without a node (gpus nil), an entry with a model filter is checked on
-// every model of g.Models() the filter matches (a filter that matches none
+// every model of g the filter matches (a filter that matches none
 // is a problem); an entry without one must fit on at least one model that
 // has all of its MIG profiles, since which models it lands on is known only
 // on a node.
@@ -27,7 +29,7 @@ func (f *File) Validate(g Geometry, gpus []GPU) error {
 		return errors.New("configs: validate: no geometry to check MIG profiles against")
 	}
 	var ps problems
-	models := g.Models()
+	models := knownModels(g)
 	for _, name := range sortedKeys(f.Profiles) {
 		checkProfile(&ps, name, f.Profiles[name], g, models, gpus)
 	}
@@ -52,7 +54,7 @@ func (f *File) ValidateProfile(profile string, g Geometry, gpus []GPU) error {
 		return &UnknownProfileError{Name: profile, Known: sortedKeys(f.Profiles)}
 	}
 	var ps problems
-	checkProfile(&ps, profile, entries, g, g.Models(), gpus)
+	checkProfile(&ps, profile, entries, g, knownModels(g), gpus)
 	return ps.err()
 }
 
@@ -102,7 +104,7 @@ func matchNode(ps *problems, path string, entries Profile, gpus []GPU) map[int]i
 			if len(missing) > 1 {
 				verb = "are"
 			}
-			ps.add(join(index(path, i), fieldGPUs), "%s %s not on this node (it has %s)", gpuList(missing), verb, describeNode(indices))
+			ps.add(join(index(path, i), fieldGPUs), "%s %s not on this node (it has %s)", textfmt.GPUs(missing), verb, describeNode(indices))
 		}
 	}
 	byGPU := make(map[int]int, len(gpus))
@@ -123,31 +125,10 @@ func matchNode(ps *problems, path string, entries Profile, gpus []GPU) map[int]i
 }
 
 func describeNode(indices []int) string {
-	switch len(indices) {
-	case 0:
-		return "no GPUs"
-	case 1:
-		return fmt.Sprintf("GPU %d only", indices[0])
+	if len(indices) == 1 {
+		return textfmt.GPUs(indices) + " only"
 	}
-	return "GPUs " + compactInts(indices)
-}
-
-// compactInts writes sorted indices with runs as ranges: "0-3, 6".
-func compactInts(idx []int) string {
-	var parts []string
-	for i := 0; i < len(idx); {
-		j := i
-		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
-			j++
-		}
-		if j > i {
-			parts = append(parts, fmt.Sprintf("%d-%d", idx[i], idx[j]))
-		} else {
-			parts = append(parts, strconv.Itoa(idx[i]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ", ")
+	return textfmt.GPUs(indices)
 }
 
 func gpuModelName(gpu GPU) string {
@@ -184,12 +165,12 @@ func checkNode(ps *problems, path string, entries Profile, g Geometry, models []
 		for _, name := range sortedKeys(incapable) {
 			idx := incapable[name]
 			sort.Ints(idx)
-			ps.add(p, "%s (%s) cannot run MIG", gpuList(idx), name)
+			ps.add(p, "%s (%s) cannot run MIG", textfmt.GPUs(idx), name)
 		}
 		for _, name := range sortedKeys(capable) {
 			idx := capable[name]
 			sort.Ints(idx)
-			where := fmt.Sprintf(" (%s)", gpuList(idx))
+			where := fmt.Sprintf(" (%s)", textfmt.GPUs(idx))
 			m, ok := findModel(models, name)
 			if !ok {
 				ps.add(p, "no MIG geometry is known for %s%s", name, where)
@@ -198,14 +179,6 @@ func checkNode(ps *problems, path string, entries Profile, g Geometry, models []
 			checkMIG(ps, p, g, m, e.MIG, where)
 		}
 	}
-}
-
-// gpuList writes "GPU 3" or "GPUs 0-3".
-func gpuList(idx []int) string {
-	if len(idx) == 1 {
-		return fmt.Sprintf("GPU %d", idx[0])
-	}
-	return "GPUs " + compactInts(idx)
 }
 
 func findModel(models []GPUModel, key string) (GPUModel, bool) {

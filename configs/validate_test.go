@@ -36,7 +36,7 @@ func TestValidate(t *testing.T) {
     - gpus: all
       model: H100-80GB
       mig: {3g.40gb: 2, 1g.10gb: 1}
-`, nil, []string{"profiles.p[0].mig: 3g.40gb x2 + 1g.10gb cannot be placed on H100-80GB: no placement holds them all"}},
+`, nil, []string{"profiles.p[0].mig: 3g.40gb x2 + 1g.10gb cannot be placed on H100-80GB: needs 9 of 8 memory slices: 3g.40gb x2 cover all 8 memory slices, leaving none for 1g.10gb x1"}},
 		{"no filter: fits on one model with all the names", `
   p:
     - gpus: all
@@ -46,18 +46,18 @@ func TestValidate(t *testing.T) {
   p:
     - gpus: all
       mig: {1g.10gb: 8}
-`, nil, []string{"profiles.p[0].mig: 1g.10gb x8 cannot be placed on any known GPU model (on A100-40GB: at most 4 1g.10gb per GPU; on H100-80GB: at most 7 1g.10gb per GPU)"}},
+`, nil, []string{"profiles.p[0].mig: 1g.10gb x8 cannot be placed on any known GPU model (on A100-40GB: 1g.10gb x8: at most 4 fit on A100-40GB; on A100-80GB: 1g.10gb x8: at most 7 fit on A100-80GB; on H100-80GB: 1g.10gb x8: at most 7 fit on H100-80GB)"}},
 		{"no model knows all the names", `
   p:
     - gpus: all
       mig: {1g.5gb: 1, 1g.18gb: 1}
-`, nil, []string{"profiles.p[0].mig: no known GPU model has all of 1g.18gb, 1g.5gb (A100-40GB has 1g.5gb; H100-80GB has none of them; H200-141GB has 1g.18gb; A30-24GB has none of them)"}},
+`, nil, []string{"profiles.p[0].mig: no known GPU model has all of 1g.18gb, 1g.5gb (A100-40GB has 1g.5gb; A100-80GB has none of them; H100-80GB has none of them; H200-141GB has 1g.18gb; A30-24GB has none of them)"}},
 		{"filter matches no model", `
   p:
     - gpus: all
       model: V100
       mig: {1g.5gb: 1}
-`, nil, []string{`profiles.p[0].model: "V100" matches no known GPU model (known: A100-40GB, H100-80GB, H200-141GB, A30-24GB)`}},
+`, nil, []string{`profiles.p[0].model: "V100" matches no known GPU model (known: A100-40GB, A100-80GB, H100-80GB, H200-141GB, A30-24GB)`}},
 		{"profile unknown to the filtered model", `
   p:
     - gpus: all
@@ -69,7 +69,7 @@ func TestValidate(t *testing.T) {
     - gpus: all
       model: A30
       mig: {1g.6gb+me: 1, 2g.12gb+me: 1}
-`, nil, []string{"profiles.p[0].mig: 2g.12gb+me + 1g.6gb+me cannot be placed on A30-24GB: at most one +me instance per GPU"}},
+`, nil, []string{"profiles.p[0].mig: 2g.12gb+me + 1g.6gb+me cannot be placed on A30-24GB: 1g.6gb+me x1 and 2g.12gb+me x1: at most one +me instance fits on a GPU"}},
 		{"different filters that match one model", `
   p:
     - gpus: all
@@ -103,7 +103,7 @@ func TestValidate(t *testing.T) {
     - gpus: all
       mig: {1g.10gb: 7}
 `, nodeOf(4, "A100-40GB", "NVIDIA A100-SXM4-40GB", true), []string{
-			"profiles.p[0].mig: 1g.10gb x7 cannot be placed on A100-40GB (GPUs 0-3): at most 4 1g.10gb per GPU",
+			"profiles.p[0].mig: 1g.10gb x7 cannot be placed on A100-40GB (GPUs 0-3): 1g.10gb x7: at most 4 fit on A100-40GB",
 		}},
 		{"on a node: unknown profile, incapable GPU, unknown geometry", `
   p:
@@ -140,7 +140,7 @@ func TestValidate(t *testing.T) {
 				src = "version: v1\nprofiles:" + tc.profiles
 			}
 			f := mustParse(t, src)
-			err := f.Validate(newFakeGeometry(), tc.gpus)
+			err := f.Validate(catalogue(), tc.gpus)
 			if len(tc.want) == 0 {
 				if err != nil {
 					t.Fatalf("Validate: %v", err)
@@ -177,7 +177,7 @@ profiles:
       timeSlicing: {replicas: 2}
   a100:
     - gpus: all
-      model: A100
+      model: A100-40GB
       mig: {1g.5gb: 7}
   h100:
     - gpus: all
@@ -200,7 +200,7 @@ func TestValidateProfile(t *testing.T) {
 		}},
 		{name: "indices the node lacks: fine without a node", profile: "split"},
 		{name: "1g.10gb x7 does not fit an A100-40GB", profile: "split", gpus: nodeOf(8, "A100-40GB", "NVIDIA A100-SXM4-40GB", true), want: []string{
-			"profiles.split[0].mig: 1g.10gb x7 cannot be placed on A100-40GB (GPUs 0-3): at most 4 1g.10gb per GPU",
+			"profiles.split[0].mig: 1g.10gb x7 cannot be placed on A100-40GB (GPUs 0-3): 1g.10gb x7: at most 4 fit on A100-40GB",
 		}},
 		{name: "model filter selects no GPU of an H100 node", profile: "a100", gpus: h100x4},
 		{name: "A100 profile on an A100 node", profile: "a100", gpus: a100x4},
@@ -210,15 +210,15 @@ func TestValidateProfile(t *testing.T) {
 		{name: "unknown profile", profile: "nope", gpus: h100x4, unknown: true},
 	}
 	f := mustParse(t, mixedFleet)
-	if err := f.Validate(newFakeGeometry(), nil); err != nil {
+	if err := f.Validate(catalogue(), nil); err != nil {
 		t.Fatalf("Validate without a node: %v", err)
 	}
-	if err := f.Validate(newFakeGeometry(), h100x4); err == nil {
+	if err := f.Validate(catalogue(), h100x4); err == nil {
 		t.Fatal("Validate of every profile on a 4-GPU H100 node succeeded; the test file should not fit it whole")
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := f.ValidateProfile(tc.profile, newFakeGeometry(), tc.gpus)
+			err := f.ValidateProfile(tc.profile, catalogue(), tc.gpus)
 			if tc.unknown {
 				var uerr *UnknownProfileError
 				if !errors.As(err, &uerr) || uerr.Name != tc.profile {

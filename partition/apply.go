@@ -174,12 +174,12 @@ func findGI(d Device, op Op) (int, error) {
 			continue
 		}
 		if gi.ProfileID != op.ProfileID || (op.GIID >= 0 && gi.ID != op.GIID) {
-			return 0, fmt.Errorf("%w: the GPU instance at %d:%d is ID %d of profile ID %d, not ID %d of profile ID %d",
-				ErrStateChanged, op.Placement.Start, op.Placement.Size, gi.ID, gi.ProfileID, op.GIID, op.ProfileID)
+			return 0, fmt.Errorf("%w: the GPU instance at %s is ID %d of profile ID %d, not ID %d of profile ID %d",
+				ErrStateChanged, op.Placement, gi.ID, gi.ProfileID, op.GIID, op.ProfileID)
 		}
 		return gi.ID, nil
 	}
-	return 0, fmt.Errorf("%w: no GPU instance at %d:%d", ErrStateChanged, op.Placement.Start, op.Placement.Size)
+	return 0, fmt.Errorf("%w: no GPU instance at %s", ErrStateChanged, op.Placement)
 }
 
 // ResolveModel returns the MIG geometry of a GPU: read from the device when

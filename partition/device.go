@@ -10,6 +10,7 @@ package partition
 
 import (
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -40,6 +41,9 @@ type Placement struct {
 
 // End returns the first memory slice after the placement.
 func (p Placement) End() int { return p.Start + p.Size }
+
+// String writes the placement as "start:size", as nvidia-smi shows it.
+func (p Placement) String() string { return strconv.Itoa(p.Start) + ":" + strconv.Itoa(p.Size) }
 
 // Overlaps reports whether two placements share a memory slice.
 func (p Placement) Overlaps(q Placement) bool {

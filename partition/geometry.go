@@ -4,21 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/carve-dev/carve/configs"
 )
 
 // ErrUnknownModel means a GPU model is not among the models a Geometry knows.
 var ErrUnknownModel = errors.New("unknown GPU model")
 
-// Geometry answers configs' hardware questions (configs.Geometry) from a
-// list of GPU models: the built-in Catalogue for carvectl, or the models
+// Geometry answers the hardware questions of profile validation (it
+// satisfies configs.Geometry without importing it) from a list of GPU
+// models: the built-in Catalogue for carvectl, or the models
 // read from a node's devices for the agent.
 type Geometry struct {
 	models []Model
 }
-
-var _ configs.Geometry = (*Geometry)(nil)
 
 // NewGeometry returns a Geometry over models. Models with the same key
 // (the identical GPUs of one node) count once; the first one wins. The
@@ -45,14 +42,24 @@ func (g *Geometry) Model(key string) (Model, bool) {
 	return Model{}, false
 }
 
-// Models returns the known models with their profile names, in the order
-// given to NewGeometry.
-func (g *Geometry) Models() []configs.GPUModel {
-	out := make([]configs.GPUModel, len(g.models))
+// ModelKeys returns the keys of the known models, in the order given to
+// NewGeometry.
+func (g *Geometry) ModelKeys() []string {
+	out := make([]string, len(g.models))
 	for i, m := range g.models {
-		out[i] = configs.GPUModel{Key: m.Key, Product: m.Product, Profiles: m.ProfileNames()}
+		out[i] = m.Key
 	}
 	return out
+}
+
+// ModelInfo returns the product name and MIG profile names of the model
+// with that key ("" and nil when unknown).
+func (g *Geometry) ModelInfo(key string) (product string, profiles []string) {
+	m, ok := g.Model(key)
+	if !ok {
+		return "", nil
+	}
+	return m.Product, m.ProfileNames()
 }
 
 // Fit returns nil when one GPU of the model can hold all the MIG instances
@@ -61,11 +68,7 @@ func (g *Geometry) Models() []configs.GPUModel {
 func (g *Geometry) Fit(model string, counts map[string]int) error {
 	m, ok := g.Model(model)
 	if !ok {
-		keys := make([]string, len(g.models))
-		for i, m := range g.models {
-			keys[i] = m.Key
-		}
-		known := strings.Join(keys, ", ")
+		known := strings.Join(g.ModelKeys(), ", ")
 		if known == "" {
 			known = "none"
 		}

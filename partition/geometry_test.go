@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
 )
@@ -14,21 +16,25 @@ func TestGeometryModels(t *testing.T) {
 	// The same model twice, as a node with identical GPUs reports it.
 	g := partition.NewGeometry(append(cat, cat[2]))
 	var _ configs.Geometry = g
-	models := g.Models()
-	if len(models) != len(cat) {
-		t.Fatalf("%d models, want %d (duplicates counted once)", len(models), len(cat))
+	keys := g.ModelKeys()
+	if len(keys) != len(cat) {
+		t.Fatalf("%d models, want %d (duplicates counted once)", len(keys), len(cat))
 	}
-	for i, m := range models {
-		if m.Key != cat[i].Key || m.Product != cat[i].Product {
-			t.Errorf("model %d = %s/%s, want %s/%s", i, m.Key, m.Product, cat[i].Key, cat[i].Product)
+	for i, key := range keys {
+		product, profiles := g.ModelInfo(key)
+		if key != cat[i].Key || product != cat[i].Product {
+			t.Errorf("model %d = %s/%s, want %s/%s", i, key, product, cat[i].Key, cat[i].Product)
 		}
-		if strings.Join(m.Profiles, ",") != strings.Join(cat[i].ProfileNames(), ",") {
-			t.Errorf("%s profiles %v, want %v", m.Key, m.Profiles, cat[i].ProfileNames())
+		if diff := cmp.Diff(cat[i].ProfileNames(), profiles); diff != "" {
+			t.Errorf("%s profiles (-want +got):\n%s", key, diff)
 		}
+	}
+	if product, profiles := g.ModelInfo("V100"); product != "" || profiles != nil {
+		t.Errorf("ModelInfo of an unknown model = %q, %v", product, profiles)
 	}
 	// Changing the caller's slice later does not change the geometry.
 	cat[0].Profiles[0].Name = "changed"
-	if got := g.Models()[0].Profiles[0]; got == "changed" {
+	if _, profiles := g.ModelInfo(cat[0].Key); profiles[0] == "changed" {
 		t.Errorf("geometry shares the caller's profiles")
 	}
 }

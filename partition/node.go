@@ -1,10 +1,6 @@
 package partition
 
-import (
-	"fmt"
-
-	"github.com/carve-dev/carve/configs"
-)
+import "fmt"
 
 // Node is a snapshot of a node's GPUs together with the MIG geometry of
 // each MIG-capable GPU: what the planner, validation and carvectl need.
@@ -39,19 +35,6 @@ func ReadNode(lib NVML) (Node, error) {
 	return n, nil
 }
 
-// ConfigGPUs describes the GPUs as profile validation and resolution see
-// them.
-func (n Node) ConfigGPUs() []configs.GPU {
-	out := make([]configs.GPU, len(n.GPUs))
-	for i, g := range n.GPUs {
-		out[i] = configs.GPU{Index: g.Index, Model: g.Model, Product: g.Product, MIGCapable: g.MIGCapable}
-		if m, ok := n.Models[g.Index]; ok {
-			out[i].Model = m.Key
-		}
-	}
-	return out
-}
-
 // FleetGeometry is what a whole profile file is validated against on this
 // node: every model of the catalogue (as carvectl validate checks without
 // --gpus) and the node's models the catalogue lacks. A catalogue model wins
@@ -68,7 +51,7 @@ func (n Node) FleetGeometry() *Geometry {
 	return NewGeometry(models)
 }
 
-// Geometry returns a configs.Geometry over the node's distinct models.
+// Geometry returns a Geometry over the node's distinct models.
 func (n Node) Geometry() *Geometry {
 	seen := map[string]bool{}
 	var models []Model
@@ -80,15 +63,6 @@ func (n Node) Geometry() *Geometry {
 		}
 	}
 	return NewGeometry(models)
-}
-
-// Targets turns a resolved profile into planner targets by GPU index.
-func Targets(as []configs.Assignment) map[int]Target {
-	t := make(map[int]Target, len(as))
-	for _, a := range as {
-		t[a.GPU] = Target{MIG: a.MIG}
-	}
-	return t
 }
 
 // Predict returns the node's GPUs as they will be once the plan has run:

@@ -344,7 +344,7 @@ func conflictWords(m Model, before []group, blocked group, fit int) string {
 			var at []string
 			for _, sl := range arrangements[0] {
 				if sl.Profile == g.profile.Name {
-					at = append(at, fmt.Sprintf("%d:%d", sl.Placement.Start, sl.Placement.Size))
+					at = append(at, sl.Placement.String())
 					occupied |= placementMask(sl.Placement)
 				}
 			}

@@ -70,7 +70,7 @@ func (o Op) String() string {
 	if o.Profile == "" && o.Placement == (Placement{}) {
 		return string(o.Kind)
 	}
-	s := fmt.Sprintf("%s %s at %d:%d", o.Kind, o.Profile, o.Placement.Start, o.Placement.Size)
+	s := fmt.Sprintf("%s %s at %s", o.Kind, o.Profile, o.Placement)
 	switch {
 	case o.CIID >= 0:
 		s += fmt.Sprintf(" (GI %d, CI %d)", o.GIID, o.CIID)
@@ -623,7 +623,7 @@ func (pl *gpuPlanner) whyDestroy(idx int, want map[string]int, keep []int) strin
 	case want[p.Name] <= 0:
 		return fmt.Sprintf("in use; the target has no %s", p.Name)
 	case !pl.keepable(in, want):
-		return fmt.Sprintf("in use; placement %d:%d is not valid for %s on %s", in.Placement.Start, in.Placement.Size, p.Name, pl.m.Key)
+		return fmt.Sprintf("in use; placement %s is not valid for %s on %s", in.Placement, p.Name, pl.m.Key)
 	}
 	// Could it stay beside the busy instances that are kept? If not, its
 	// placement is the problem; if so, the count is.
@@ -645,7 +645,7 @@ func (pl *gpuPlanner) whyDestroy(idx int, want map[string]int, keep []int) strin
 	}
 	with = append(with, idx)
 	if sameBusy < want[p.Name] && occupied&placementMask(in.Placement) == 0 && !pl.roomForRest(want, with) {
-		return fmt.Sprintf("in use; at %d:%d it leaves no room for the rest of the target (%s)", in.Placement.Start, in.Placement.Size, countsWords(pl.m, want))
+		return fmt.Sprintf("in use; at %s it leaves no room for the rest of the target (%s)", in.Placement, countsWords(pl.m, want))
 	}
 	return fmt.Sprintf("in use; the target wants %d %s and keeps %s", want[p.Name], p.Name, instancesWord(same))
 }

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
 )
@@ -21,9 +23,9 @@ import (
 // two MIG devices with 2 replicas each on GPU 7.
 func testResources() timeslice.Resources {
 	return timeslice.Resources{
-		timeslice.GPUResource: wholeGPUs(0, 1, 2, 3),
-		sharedRes:             sharedGPUs(4, 4, 5, 6),
-		migRes:                migDevs(7, "1g.10gb", 2, 1, 2),
+		carvev1.GPUResource: wholeGPUs(0, 1, 2, 3),
+		sharedRes:           sharedGPUs(4, 4, 5, 6),
+		migRes:              migDevs(7, "1g.10gb", 2, 1, 2),
 	}
 }
 
@@ -41,29 +43,29 @@ func TestAllocate(t *testing.T) {
 		// errHas are substrings of an InvalidArgument error; none: success.
 		errHas []string
 	}{
-		{"whole GPUs", Options{}, timeslice.GPUResource, [][]string{{"GPU-2", "GPU-0"}},
+		{"whole GPUs", Options{}, carvev1.GPUResource, [][]string{{"GPU-2", "GPU-0"}},
 			want{envs: [][]string{{"GPU-2", "GPU-0"}}}, nil},
 		{"replicas of one GPU folded", Options{}, sharedRes, [][]string{{"GPU-4::0", "GPU-4::2", "GPU-5::1", "GPU-4::3"}},
 			want{envs: [][]string{{"GPU-4", "GPU-5"}}}, nil},
 		{"MIG replicas folded", Options{}, migRes, [][]string{{"MIG-7-1::1", "MIG-7-1::0"}},
 			want{envs: [][]string{{"MIG-7-1"}}}, nil},
-		{"per container", Options{}, timeslice.GPUResource, [][]string{{"GPU-0"}, {"GPU-1", "GPU-3"}},
+		{"per container", Options{}, carvev1.GPUResource, [][]string{{"GPU-0"}, {"GPU-1", "GPU-3"}},
 			want{envs: [][]string{{"GPU-0"}, {"GPU-1", "GPU-3"}}}, nil},
 		{"CDI names", Options{CDI: true}, sharedRes, [][]string{{"GPU-4::1", "GPU-6::0", "GPU-4::0"}},
 			want{envs: [][]string{{"GPU-4", "GPU-6"}}, cdi: [][]string{{"nvidia.com/gpu=GPU-4", "nvidia.com/gpu=GPU-6"}}}, nil},
 		{"CDI kind", Options{CDI: true, CDIKind: "k8s.example.com/gpu"}, migRes, [][]string{{"MIG-7-2::0"}},
 			want{envs: [][]string{{"MIG-7-2"}}, cdi: [][]string{{"k8s.example.com/gpu=MIG-7-2"}}}, nil},
-		{"unknown IDs", Options{}, timeslice.GPUResource, [][]string{{"GPU-0", "GPU-9", "GPU-4::0"}},
-			want{}, []string{"unknown device IDs", "GPU-9", "GPU-4::0", timeslice.GPUResource}},
+		{"unknown IDs", Options{}, carvev1.GPUResource, [][]string{{"GPU-0", "GPU-9", "GPU-4::0"}},
+			want{}, []string{"unknown device IDs", "GPU-9", "GPU-4::0", carvev1.GPUResource}},
 		{"unknown in second container", Options{}, sharedRes, [][]string{{"GPU-4::0"}, {"GPU-4::7"}},
 			want{}, []string{"container request 1", "GPU-4::7"}},
-		{"empty request", Options{}, timeslice.GPUResource, [][]string{{}},
+		{"empty request", Options{}, carvev1.GPUResource, [][]string{{}},
 			want{}, []string{"no devices"}},
 		{"shared, >1 with failRequestsGreaterThanOne", Options{FailRequestsGreaterThanOne: true}, sharedRes, [][]string{{"GPU-4::0", "GPU-5::0"}},
 			want{}, []string{"shared", "at most 1", "failRequestsGreaterThanOne"}},
 		{"shared, 1 with failRequestsGreaterThanOne", Options{FailRequestsGreaterThanOne: true}, sharedRes, [][]string{{"GPU-5::3"}},
 			want{envs: [][]string{{"GPU-5"}}}, nil},
-		{"unshared, >1 with failRequestsGreaterThanOne", Options{FailRequestsGreaterThanOne: true}, timeslice.GPUResource, [][]string{{"GPU-0", "GPU-1"}},
+		{"unshared, >1 with failRequestsGreaterThanOne", Options{FailRequestsGreaterThanOne: true}, carvev1.GPUResource, [][]string{{"GPU-0", "GPU-1"}},
 			want{envs: [][]string{{"GPU-0", "GPU-1"}}}, nil},
 		{"shared, >1 without the option", Options{}, sharedRes, [][]string{{"GPU-4::0", "GPU-5::0"}},
 			want{envs: [][]string{{"GPU-4", "GPU-5"}}}, nil},
@@ -153,13 +155,13 @@ func TestGetPreferredAllocation(t *testing.T) {
 		size     int32
 		want     []string // sorted
 	}{
-		{"closest pair is 1-3", Spread, timeslice.GPUResource, all(timeslice.GPUResource), nil, 2, []string{"GPU-1", "GPU-3"}},
-		{"closest triple", Spread, timeslice.GPUResource, all(timeslice.GPUResource), nil, 3, []string{"GPU-1", "GPU-2", "GPU-3"}},
-		{"must include 0, triple", Spread, timeslice.GPUResource, all(timeslice.GPUResource), []string{"GPU-0"}, 3, []string{"GPU-0", "GPU-1", "GPU-3"}},
-		{"must include 0, pair", Spread, timeslice.GPUResource, all(timeslice.GPUResource), []string{"GPU-0"}, 2, []string{"GPU-0", "GPU-2"}},
-		{"only available", Spread, timeslice.GPUResource, []string{"GPU-0", "GPU-1", "GPU-2"}, nil, 2, []string{"GPU-0", "GPU-2"}},
-		{"size beyond available", Spread, timeslice.GPUResource, []string{"GPU-0", "GPU-1"}, nil, 3, []string{"GPU-0", "GPU-1"}},
-		{"unknown IDs only to fill", Spread, timeslice.GPUResource, []string{"GPU-x", "GPU-0"}, nil, 2, []string{"GPU-0", "GPU-x"}},
+		{"closest pair is 1-3", Spread, carvev1.GPUResource, all(carvev1.GPUResource), nil, 2, []string{"GPU-1", "GPU-3"}},
+		{"closest triple", Spread, carvev1.GPUResource, all(carvev1.GPUResource), nil, 3, []string{"GPU-1", "GPU-2", "GPU-3"}},
+		{"must include 0, triple", Spread, carvev1.GPUResource, all(carvev1.GPUResource), []string{"GPU-0"}, 3, []string{"GPU-0", "GPU-1", "GPU-3"}},
+		{"must include 0, pair", Spread, carvev1.GPUResource, all(carvev1.GPUResource), []string{"GPU-0"}, 2, []string{"GPU-0", "GPU-2"}},
+		{"only available", Spread, carvev1.GPUResource, []string{"GPU-0", "GPU-1", "GPU-2"}, nil, 2, []string{"GPU-0", "GPU-2"}},
+		{"size beyond available", Spread, carvev1.GPUResource, []string{"GPU-0", "GPU-1"}, nil, 3, []string{"GPU-0", "GPU-1"}},
+		{"unknown IDs only to fill", Spread, carvev1.GPUResource, []string{"GPU-x", "GPU-0"}, nil, 2, []string{"GPU-0", "GPU-x"}},
 		{"spread replicas", Spread, sharedRes, all(sharedRes), nil, 3, []string{"GPU-4::0", "GPU-5::0", "GPU-6::0"}},
 		{"spread wraps around", Spread, sharedRes, all(sharedRes), nil, 4, []string{"GPU-4::0", "GPU-4::1", "GPU-5::0", "GPU-6::0"}},
 		{"spread avoids must-include GPU", Spread, sharedRes, all(sharedRes), []string{"GPU-4::2"}, 2, []string{"GPU-4::2", "GPU-5::0"}},
@@ -170,7 +172,7 @@ func TestGetPreferredAllocation(t *testing.T) {
 		{"pack onto the fullest device", Pack, sharedRes, []string{"GPU-4::0", "GPU-4::1", "GPU-5::0", "GPU-5::1", "GPU-5::2"}, nil, 3, []string{"GPU-5::0", "GPU-5::1", "GPU-5::2"}},
 		{"spread MIG replicas", Spread, migRes, all(migRes), nil, 2, []string{"MIG-7-1::0", "MIG-7-2::0"}},
 		{"pack MIG replicas", Pack, migRes, all(migRes), nil, 2, []string{"MIG-7-1::0", "MIG-7-1::1"}},
-		{"must-include beyond size", Spread, timeslice.GPUResource, all(timeslice.GPUResource), []string{"GPU-0", "GPU-2"}, 1, []string{"GPU-0", "GPU-2"}},
+		{"must-include beyond size", Spread, carvev1.GPUResource, all(carvev1.GPUResource), []string{"GPU-0", "GPU-2"}, 1, []string{"GPU-0", "GPU-2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -200,7 +202,7 @@ func TestGetPreferredAllocation(t *testing.T) {
 				}
 			}
 			for _, id := range tt.must {
-				if !slicesContains(got, id) {
+				if !slices.Contains(got, id) {
 					t.Errorf("must-include %s missing", id)
 				}
 			}
@@ -208,19 +210,10 @@ func TestGetPreferredAllocation(t *testing.T) {
 	}
 }
 
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 func TestGetPreferredAllocationNegativeSize(t *testing.T) {
 	e := newEnv(t, Options{}, false)
 	e.update(t, testResources())
-	_, err := dialPlugin(t, e.socket(timeslice.GPUResource)).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+	_, err := dialPlugin(t, e.socket(carvev1.GPUResource)).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
 		ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{"GPU-0"}, AllocationSize: -1}},
 	})
 	if status.Code(err) != codes.InvalidArgument {
@@ -237,7 +230,7 @@ func TestAllocateProfileFailRequests(t *testing.T) {
 		marked[i].FailRequestsGreaterThanOne = true
 	}
 	e := newEnv(t, Options{}, false)
-	e.update(t, timeslice.Resources{sharedRes: marked, timeslice.GPUResource: wholeGPUs(0, 1)})
+	e.update(t, timeslice.Resources{sharedRes: marked, carvev1.GPUResource: wholeGPUs(0, 1)})
 	tests := []struct {
 		resource string
 		ids      []string
@@ -246,7 +239,7 @@ func TestAllocateProfileFailRequests(t *testing.T) {
 		{sharedRes, []string{"GPU-4::0", "GPU-5::1"}, true},
 		{sharedRes, []string{"GPU-4::0", "GPU-4::1"}, true},
 		{sharedRes, []string{"GPU-5::2"}, false},
-		{timeslice.GPUResource, []string{"GPU-0", "GPU-1"}, false},
+		{carvev1.GPUResource, []string{"GPU-0", "GPU-1"}, false},
 	}
 	for _, tt := range tests {
 		req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: tt.ids}}}

@@ -2,12 +2,13 @@ package plugin
 
 import (
 	"context"
-	"sort"
+	"slices"
 	"testing"
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
 )
@@ -18,7 +19,7 @@ func reportPercentiles(b *testing.B, samples []time.Duration) {
 	if len(samples) == 0 {
 		return
 	}
-	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	slices.Sort(samples)
 	at := func(p float64) time.Duration { return samples[min(len(samples)-1, int(p*float64(len(samples))))] }
 	b.ReportMetric(float64(at(0.50).Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(at(0.99).Nanoseconds())/1e3, "p99-µs")
@@ -50,12 +51,12 @@ func BenchmarkGetPreferredAllocation(b *testing.B) {
 	}
 	e := newEnv(b, Options{NVML: f, Health: HealthOptions{Disabled: true}}, false)
 	devs := wholeGPUs(0, 1, 2, 3, 4, 5, 6, 7)
-	e.update(b, timeslice.Resources{timeslice.GPUResource: devs})
+	e.update(b, timeslice.Resources{carvev1.GPUResource: devs})
 	var avail []string
 	for _, d := range devs {
 		avail = append(avail, d.ID)
 	}
-	client := dialPlugin(b, e.socket(timeslice.GPUResource))
+	client := dialPlugin(b, e.socket(carvev1.GPUResource))
 	req := &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: 4}}}
 	ctx := context.Background()
 	if _, err := client.GetPreferredAllocation(ctx, req); err != nil {

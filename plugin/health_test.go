@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"maps"
 	"reflect"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
 )
@@ -52,10 +54,8 @@ func allHealthy(ids ...string) map[string]string {
 }
 
 func with(m map[string]string, h string, ids ...string) map[string]string {
-	out := map[string]string{}
-	for k, v := range m {
-		out[k] = v
-	}
+	out := make(map[string]string, len(m)+len(ids))
+	maps.Copy(out, m)
 	for _, id := range ids {
 		out[id] = h
 	}
@@ -161,8 +161,8 @@ func TestHealthLoopSurvivesNVMLErrors(t *testing.T) {
 		NVML:   f,
 		Health: HealthOptions{Quiet: time.Hour, Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
 	}, true)
-	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1)})
-	p := e.kubelet.plugin(t, timeslice.GPUResource, msgWait)
+	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0, 1)})
+	p := e.kubelet.plugin(t, carvev1.GPUResource, msgWait)
 	p.next(t, msgWait)
 	f.events <- partition.XIDEvent{UUID: "GPU-1", XID: 79, GIID: -1, CIID: -1}
 	if got := summary(p.next(t, msgWait)); got["GPU-1"] != "Unhealthy" || got["GPU-0"] != "Healthy" {

@@ -39,7 +39,7 @@ type Manager struct {
 	servers map[string]*server // by resource name
 	// withdrawn holds device IDs, device UUIDs and GPU UUIDs Withdraw took
 	// out of ListAndWatch until the next Update.
-	withdrawn map[string]bool
+	withdrawn timeslice.IDSet
 	// sick maps a GPU or MIG device UUID to the time of the last critical
 	// XID on it.
 	sick map[string]sickness
@@ -79,7 +79,7 @@ func New(opts Options) (*Manager, error) {
 		topo:      newTopology(o.NVML, o.Logger),
 		ignored:   ignored,
 		servers:   map[string]*server{},
-		withdrawn: map[string]bool{},
+		withdrawn: timeslice.IDSet{},
 		sick:      map[string]sickness{},
 		kick:      make(chan struct{}, 1),
 		watching:  make(chan struct{}),
@@ -167,7 +167,7 @@ func (m *Manager) refreshLocked() {
 }
 
 func (m *Manager) isWithdrawnLocked(d timeslice.Device) bool {
-	return m.withdrawn[d.ID] || m.withdrawn[d.UUID] || m.withdrawn[d.GPUUUID]
+	return m.withdrawn.Matches(d)
 }
 
 func (m *Manager) isHealthyLocked(d timeslice.Device) bool {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/timeslice"
 )
 
@@ -45,9 +46,9 @@ func TestSocketName(t *testing.T) {
 func TestRegistersEachResource(t *testing.T) {
 	e := newEnv(t, Options{}, false)
 	res := timeslice.Resources{
-		timeslice.GPUResource: wholeGPUs(0, 1),
-		sharedRes:             sharedGPUs(2, 2),
-		migRes:                migDevs(3, "1g.10gb", 1, 7, 8),
+		carvev1.GPUResource: wholeGPUs(0, 1),
+		sharedRes:           sharedGPUs(2, 2),
+		migRes:              migDevs(3, "1g.10gb", 1, 7, 8),
 	}
 	e.update(t, res)
 	reqs := e.kubelet.requests()
@@ -88,8 +89,8 @@ func TestRegistersEachResource(t *testing.T) {
 func TestUpdateSendsOnlyChanges(t *testing.T) {
 	e := newEnv(t, Options{}, false)
 	base := timeslice.Resources{
-		timeslice.GPUResource: wholeGPUs(0, 1),
-		migRes:                migDevs(2, "1g.10gb", 1, 7, 8),
+		carvev1.GPUResource: wholeGPUs(0, 1),
+		migRes:              migDevs(2, "1g.10gb", 1, 7, 8),
 	}
 	e.update(t, base)
 	plugins := map[string]*stubPlugin{}
@@ -104,21 +105,21 @@ func TestUpdateSendsOnlyChanges(t *testing.T) {
 	}{
 		{"same devices", base, nil},
 		{"same devices, new slices", timeslice.Resources{
-			timeslice.GPUResource: wholeGPUs(0, 1),
-			migRes:                migDevs(2, "1g.10gb", 1, 7, 8),
+			carvev1.GPUResource: wholeGPUs(0, 1),
+			migRes:              migDevs(2, "1g.10gb", 1, 7, 8),
 		}, nil},
 		{"GPU added", timeslice.Resources{
-			timeslice.GPUResource: wholeGPUs(0, 1, 3),
-			migRes:                migDevs(2, "1g.10gb", 1, 7, 8),
-		}, map[string][]string{timeslice.GPUResource: {"GPU-0", "GPU-1", "GPU-3"}}},
+			carvev1.GPUResource: wholeGPUs(0, 1, 3),
+			migRes:              migDevs(2, "1g.10gb", 1, 7, 8),
+		}, map[string][]string{carvev1.GPUResource: {"GPU-0", "GPU-1", "GPU-3"}}},
 		{"MIG device replaced", timeslice.Resources{
-			timeslice.GPUResource: wholeGPUs(0, 1, 3),
-			migRes:                migDevs(2, "1g.10gb", 1, 7, 9),
+			carvev1.GPUResource: wholeGPUs(0, 1, 3),
+			migRes:              migDevs(2, "1g.10gb", 1, 7, 9),
 		}, map[string][]string{migRes: {"MIG-2-7", "MIG-2-9"}}},
 		{"both change", timeslice.Resources{
-			timeslice.GPUResource: wholeGPUs(0),
-			migRes:                migDevs(2, "1g.10gb", 1, 9),
-		}, map[string][]string{timeslice.GPUResource: {"GPU-0"}, migRes: {"MIG-2-9"}}},
+			carvev1.GPUResource: wholeGPUs(0),
+			migRes:              migDevs(2, "1g.10gb", 1, 9),
+		}, map[string][]string{carvev1.GPUResource: {"GPU-0"}, migRes: {"MIG-2-9"}}},
 	}
 	for _, st := range steps {
 		e.update(t, st.res)
@@ -143,8 +144,8 @@ func TestUpdateSendsOnlyChanges(t *testing.T) {
 
 func TestNUMAHints(t *testing.T) {
 	e := newEnv(t, Options{NUMANode: func(gpu int) (int, bool) { return gpu / 2, gpu < 2 }}, false)
-	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1, 2)})
-	got := summary(e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait))
+	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0, 1, 2)})
+	got := summary(e.kubelet.plugin(t, carvev1.GPUResource, msgWait).next(t, msgWait))
 	want := map[string]string{"GPU-0": "Healthy@0", "GPU-1": "Healthy@0", "GPU-2": "Healthy"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
@@ -154,15 +155,15 @@ func TestNUMAHints(t *testing.T) {
 func TestVanishedResourceStops(t *testing.T) {
 	e := newEnv(t, Options{}, false)
 	e.update(t, timeslice.Resources{
-		timeslice.GPUResource: wholeGPUs(0),
-		migRes:                migDevs(1, "1g.10gb", 1, 7),
+		carvev1.GPUResource: wholeGPUs(0),
+		migRes:              migDevs(1, "1g.10gb", 1, 7),
 	})
 	gone := e.kubelet.plugin(t, migRes, msgWait)
-	stays := e.kubelet.plugin(t, timeslice.GPUResource, msgWait)
+	stays := e.kubelet.plugin(t, carvev1.GPUResource, msgWait)
 	gone.next(t, msgWait)
 	stays.next(t, msgWait)
 
-	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0), migRes: nil})
+	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0), migRes: nil})
 	if _, err := os.Stat(e.socket(migRes)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket of the vanished resource: %v, want it removed", err)
 	}
@@ -175,11 +176,11 @@ func TestVanishedResourceStops(t *testing.T) {
 		t.Error("vanished resource still answers")
 	}
 	stays.none(t, quietWait)
-	if _, err := os.Stat(e.socket(timeslice.GPUResource)); err != nil {
+	if _, err := os.Stat(e.socket(carvev1.GPUResource)); err != nil {
 		t.Errorf("socket of the remaining resource: %v", err)
 	}
-	if got := e.m.Advertised(); len(got) != 1 || got[timeslice.GPUResource] == nil {
-		t.Errorf("Advertised() = %v, want only %s", got, timeslice.GPUResource)
+	if got := e.m.Advertised(); len(got) != 1 || got[carvev1.GPUResource] == nil {
+		t.Errorf("Advertised() = %v, want only %s", got, carvev1.GPUResource)
 	}
 }
 
@@ -197,7 +198,7 @@ func TestKubeletRestartReregisters(t *testing.T) {
 			// A long retry interval: only the directory events may drive
 			// the re-registration.
 			e := newEnv(t, Options{RetryInterval: time.Hour}, true)
-			res := timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1), migRes: migDevs(2, "1g.10gb", 1, 7)}
+			res := timeslice.Resources{carvev1.GPUResource: wholeGPUs(0, 1), migRes: migDevs(2, "1g.10gb", 1, 7)}
 			e.update(t, res)
 			for name := range res {
 				e.kubelet.plugin(t, name, msgWait).next(t, msgWait)
@@ -223,23 +224,23 @@ func TestKubeletRestartReregisters(t *testing.T) {
 
 func TestOwnSocketDeletedRestarts(t *testing.T) {
 	e := newEnv(t, Options{RetryInterval: time.Hour}, true)
-	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1), migRes: migDevs(2, "1g.10gb", 1, 7)})
-	first := e.kubelet.plugin(t, timeslice.GPUResource, msgWait)
+	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0, 1), migRes: migDevs(2, "1g.10gb", 1, 7)})
+	first := e.kubelet.plugin(t, carvev1.GPUResource, msgWait)
 	first.next(t, msgWait)
 	other := e.kubelet.plugin(t, migRes, msgWait)
 	other.next(t, msgWait)
 
-	if err := os.Remove(e.socket(timeslice.GPUResource)); err != nil {
+	if err := os.Remove(e.socket(carvev1.GPUResource)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, time.Second, "re-registration", func() bool {
-		return e.kubelet.registrations()[timeslice.GPUResource] == 2
+		return e.kubelet.registrations()[carvev1.GPUResource] == 2
 	})
-	p := e.kubelet.plugin(t, timeslice.GPUResource, msgWait)
+	p := e.kubelet.plugin(t, carvev1.GPUResource, msgWait)
 	if got := idsOf(p.next(t, msgWait)); !reflect.DeepEqual(got, []string{"GPU-0", "GPU-1"}) {
 		t.Errorf("list after restart %v", got)
 	}
-	if _, err := os.Stat(e.socket(timeslice.GPUResource)); err != nil {
+	if _, err := os.Stat(e.socket(carvev1.GPUResource)); err != nil {
 		t.Errorf("socket not recreated: %v", err)
 	}
 	select {
@@ -260,6 +261,7 @@ func TestSocketClaim(t *testing.T) {
 	}{
 		{"no file", func(*testing.T, string) {}, false},
 		{"live process", func(t *testing.T, path string) {
+			t.Helper()
 			ln, err := net.Listen("unix", path)
 			if err != nil {
 				t.Fatal(err)
@@ -276,6 +278,7 @@ func TestSocketClaim(t *testing.T) {
 			}()
 		}, true},
 		{"stale socket", func(t *testing.T, path string) {
+			t.Helper()
 			ln, err := net.Listen("unix", path)
 			if err != nil {
 				t.Fatal(err)
@@ -284,6 +287,7 @@ func TestSocketClaim(t *testing.T) {
 			ln.Close()
 		}, false},
 		{"stale file", func(t *testing.T, path string) {
+			t.Helper()
 			if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -292,9 +296,9 @@ func TestSocketClaim(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, Options{}, false)
-			path := e.socket(timeslice.GPUResource)
+			path := e.socket(carvev1.GPUResource)
 			tt.prepare(t, path)
-			err := e.m.Update(context.Background(), timeslice.Resources{timeslice.GPUResource: wholeGPUs(0)})
+			err := e.m.Update(context.Background(), timeslice.Resources{carvev1.GPUResource: wholeGPUs(0)})
 			if tt.wantErr {
 				if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "another live process") {
 					t.Fatalf("Update error %v, want one naming %s as served by another process", err, path)
@@ -307,7 +311,7 @@ func TestSocketClaim(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Update: %v", err)
 			}
-			e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+			e.kubelet.plugin(t, carvev1.GPUResource, msgWait).next(t, msgWait)
 		})
 	}
 }
@@ -317,18 +321,18 @@ func TestRegistrationRetried(t *testing.T) {
 	e.kubelet.mu.Lock()
 	e.kubelet.reject = true
 	e.kubelet.mu.Unlock()
-	err := e.m.Update(context.Background(), timeslice.Resources{timeslice.GPUResource: wholeGPUs(0)})
+	err := e.m.Update(context.Background(), timeslice.Resources{carvev1.GPUResource: wholeGPUs(0)})
 	if err == nil || !strings.Contains(err.Error(), "register nvidia.com/gpu") {
 		t.Fatalf("Update error %v, want a registration error", err)
 	}
 	// The server serves anyway and registers once the kubelet accepts.
-	if _, err := dialPlugin(t, e.socket(timeslice.GPUResource)).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
+	if _, err := dialPlugin(t, e.socket(carvev1.GPUResource)).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
 		t.Fatalf("server not serving after failed registration: %v", err)
 	}
 	e.kubelet.mu.Lock()
 	e.kubelet.reject = false
 	e.kubelet.mu.Unlock()
-	e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+	e.kubelet.plugin(t, carvev1.GPUResource, msgWait).next(t, msgWait)
 }
 
 func TestWithdraw(t *testing.T) {
@@ -338,7 +342,7 @@ func TestWithdraw(t *testing.T) {
 		want     map[string][]string // resource -> IDs after
 	}{
 		{"device ID", []string{"GPU-1"}, map[string][]string{
-			timeslice.GPUResource: {"GPU-0"},
+			carvev1.GPUResource: {"GPU-0"},
 		}},
 		{"replica IDs", []string{"GPU-2::0", "GPU-2::1"}, map[string][]string{
 			sharedRes: {"GPU-2::2", "GPU-3::0", "GPU-3::1", "GPU-3::2"},
@@ -350,17 +354,17 @@ func TestWithdraw(t *testing.T) {
 			migRes: {"MIG-5-7"},
 		}},
 		{"across resources", []string{"MIG-4-8", "GPU-0"}, map[string][]string{
-			timeslice.GPUResource: {"GPU-1"},
-			migRes:                {"MIG-4-7", "MIG-5-7"},
+			carvev1.GPUResource: {"GPU-1"},
+			migRes:              {"MIG-4-7", "MIG-5-7"},
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, Options{}, false)
 			res := timeslice.Resources{
-				timeslice.GPUResource: wholeGPUs(0, 1),
-				sharedRes:             sharedGPUs(3, 2, 3),
-				migRes:                append(migDevs(4, "1g.10gb", 1, 7, 8), migDevs(5, "1g.10gb", 1, 7)...),
+				carvev1.GPUResource: wholeGPUs(0, 1),
+				sharedRes:           sharedGPUs(3, 2, 3),
+				migRes:              append(migDevs(4, "1g.10gb", 1, 7, 8), migDevs(5, "1g.10gb", 1, 7)...),
 			}
 			e.update(t, res)
 			plugins := map[string]*stubPlugin{}
@@ -424,21 +428,21 @@ func (b *blockingStream) Send(m *pluginapi.ListAndWatchResponse) error {
 
 func TestWithdrawWaitsForSend(t *testing.T) {
 	e := newEnv(t, Options{}, false)
-	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0, 1)})
-	e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0, 1)})
+	e.kubelet.plugin(t, carvev1.GPUResource, msgWait).next(t, msgWait)
 	e.m.mu.Lock()
-	s := e.m.servers[timeslice.GPUResource]
+	s := e.m.servers[carvev1.GPUResource]
 	e.m.mu.Unlock()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	bs := &blockingStream{ctx: ctx, got: make(chan *pluginapi.ListAndWatchResponse, 8), gate: make(chan struct{})}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.ListAndWatch(&pluginapi.Empty{}, bs)
-	}()
+	wg.Go(func() {
+		// It ends with the stream's context, cancelled below; only what it
+		// sent matters.
+		_ = s.ListAndWatch(&pluginapi.Empty{}, bs)
+	})
 	defer wg.Wait()
 	defer cancel()
 	<-bs.got // the initial list
@@ -473,7 +477,7 @@ func TestWithdrawWaitsForSend(t *testing.T) {
 	tctx, tcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer tcancel()
 	err := e.m.Withdraw(tctx, []string{"GPU-0"})
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), timeslice.GPUResource) {
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), carvev1.GPUResource) {
 		t.Fatalf("Withdraw with a stuck stream: %v, want deadline exceeded naming the resource", err)
 	}
 	<-bs.got
@@ -499,23 +503,23 @@ func TestReconcileNoticesNewKubelet(t *testing.T) {
 	// No Run, so no directory events: reconcile alone must notice that
 	// the kubelet socket is a new one.
 	e := newEnv(t, Options{}, false)
-	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0)})
-	e.kubelet.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0)})
+	e.kubelet.plugin(t, carvev1.GPUResource, msgWait).next(t, msgWait)
 	e.m.reconcile(context.Background())
-	if n := e.kubelet.registrations()[timeslice.GPUResource]; n != 1 {
+	if n := e.kubelet.registrations()[carvev1.GPUResource]; n != 1 {
 		t.Fatalf("reconcile with the same kubelet registered again (%d registrations)", n)
 	}
 	e.kubelet.stop()
 	k2 := startStubKubelet(t, e.dir)
 	e.m.reconcile(context.Background())
-	k2.plugin(t, timeslice.GPUResource, msgWait).next(t, msgWait)
+	k2.plugin(t, carvev1.GPUResource, msgWait).next(t, msgWait)
 }
 
 func TestStopRemovesSockets(t *testing.T) {
 	e := newEnv(t, Options{}, false)
-	e.update(t, timeslice.Resources{timeslice.GPUResource: wholeGPUs(0), migRes: migDevs(1, "1g.10gb", 1, 7)})
+	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0), migRes: migDevs(1, "1g.10gb", 1, 7)})
 	e.m.Stop()
-	for _, name := range []string{timeslice.GPUResource, migRes} {
+	for _, name := range []string{carvev1.GPUResource, migRes} {
 		if _, err := os.Stat(e.socket(name)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s socket after Stop: %v", name, err)
 		}

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -76,6 +77,37 @@ type InUse struct {
 func (u *InUse) Holds(uuid string) bool {
 	i := sort.SearchStrings(u.UUIDs, uuid)
 	return i < len(u.UUIDs) && u.UUIDs[i] == uuid
+}
+
+// Set returns the physical device UUIDs some container holds as a set: the
+// planner's in-use set. A nil InUse holds nothing.
+func (u *InUse) Set() map[string]bool {
+	if u == nil {
+		return nil
+	}
+	set := make(map[string]bool, len(u.UUIDs))
+	for _, id := range u.UUIDs {
+		set[id] = true
+	}
+	return set
+}
+
+// Holding returns the containers that hold one of the physical devices
+// uuids, in Assignments order.
+func (u *InUse) Holding(uuids []string) []Assignment {
+	if u == nil {
+		return nil
+	}
+	var out []Assignment
+	for _, a := range u.Assignments {
+		for _, id := range a.UUIDs {
+			if slices.Contains(uuids, id) {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // InUse lists the pods' resources and keeps the devices of resources whose

@@ -24,7 +24,7 @@ type stubPodResources struct {
 	hang chan struct{}
 }
 
-func (s *stubPodResources) List(ctx context.Context, _ *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+func (s *stubPodResources) List(_ context.Context, _ *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
 	if s.hang != nil {
 		<-s.hang
 		return nil, status.Error(codes.Aborted, "released")
@@ -41,7 +41,7 @@ func startStubPodResources(t *testing.T, stub *stubPodResources) string {
 	}
 	srv := grpc.NewServer()
 	podresourcesapi.RegisterPodResourcesListerServer(srv, stub)
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }() // returns when Stop closes ln
 	t.Cleanup(srv.Stop)
 	return sock
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 
@@ -63,7 +64,7 @@ func TestPickCloseLargeUsesGreedy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var cands, fixed []timeslice.Device
 			for i := range 24 {
-				if slicesContainsInt(tt.fixed, i) {
+				if slices.Contains(tt.fixed, i) {
 					fixed = append(fixed, wholeGPUs(i)...)
 				} else {
 					cands = append(cands, wholeGPUs(i)...)
@@ -80,15 +81,6 @@ func TestPickCloseLargeUsesGreedy(t *testing.T) {
 			}
 		})
 	}
-}
-
-func slicesContainsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func TestPickCloseBestTripleAvoidsBestPair(t *testing.T) {

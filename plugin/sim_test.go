@@ -9,6 +9,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/timeslice"
@@ -59,8 +60,8 @@ func TestWithSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	migName := timeslice.ResourceName(profiles[0].Name, false)
-	if len(res[timeslice.GPUResource]) != 3 || len(res[migName]) != 1 {
+	migName := carvev1.ResourceName(profiles[0].Name, false)
+	if len(res[carvev1.GPUResource]) != 3 || len(res[migName]) != 1 {
 		t.Fatalf("resources %v", res.Counts())
 	}
 
@@ -69,7 +70,7 @@ func TestWithSimulator(t *testing.T) {
 		Health: HealthOptions{Quiet: time.Hour, Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
 	}, true)
 	e.update(t, res)
-	gpuP := e.kubelet.plugin(t, timeslice.GPUResource, msgWait)
+	gpuP := e.kubelet.plugin(t, carvev1.GPUResource, msgWait)
 	gpuP.next(t, msgWait)
 	migP := e.kubelet.plugin(t, migName, msgWait)
 	migP.next(t, msgWait)
@@ -77,7 +78,7 @@ func TestWithSimulator(t *testing.T) {
 	// Topology: GPUs 2 and 3 share a 4-NVLink bridge; 0 has no NVLink
 	// to either.
 	uuid := func(i int) string { return gpus[i].UUID }
-	resp, err := dialPlugin(t, e.socket(timeslice.GPUResource)).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+	resp, err := dialPlugin(t, e.socket(carvev1.GPUResource)).GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
 		ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
 			AvailableDeviceIDs: []string{uuid(0), uuid(2), uuid(3)}, AllocationSize: 2,
 		}},

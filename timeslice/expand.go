@@ -6,36 +6,12 @@ import (
 	"strconv"
 	"strings"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 )
 
-const (
-	// GPUResource is the resource name of whole GPUs.
-	GPUResource = "nvidia.com/gpu"
-	// migPrefix starts the resource names of MIG devices.
-	migPrefix = "nvidia.com/mig-"
-	// sharedSuffix ends the names of renamed shared resources.
-	sharedSuffix = ".shared"
-	// replicaSep separates a device UUID from its replica number in IDs.
-	replicaSep = "::"
-	// MaxReplicas bounds replicas per device, as configs validation does.
-	MaxReplicas = 1024
-)
-
-// ResourceName returns the resource a device is advertised under: whole
-// GPUs ("" profile) as nvidia.com/gpu, MIG devices as
-// nvidia.com/mig-<profile> with "+me" written ".me"; shared resources get
-// ".shared" appended when renamed.
-func ResourceName(migProfile string, renameShared bool) string {
-	name := GPUResource
-	if migProfile != "" {
-		name = migPrefix + strings.ReplaceAll(migProfile, "+", ".")
-	}
-	if renameShared {
-		name += sharedSuffix
-	}
-	return name
-}
+// replicaSep separates a device UUID from its replica number in IDs.
+const replicaSep = "::"
 
 // ReplicaID returns the device ID of replica n of a device.
 func ReplicaID(uuid string, n int) string { return uuid + replicaSep + strconv.Itoa(n) }
@@ -82,8 +58,8 @@ func (s Sharing) replicasFor(migProfile string) (int, error) {
 	if r, ok := s.MIGReplicas[migProfile]; ok && migProfile != "" {
 		n = r
 	}
-	if n < 0 || n > MaxReplicas {
-		return 0, fmt.Errorf("replicas %d out of range 1..%d", n, MaxReplicas)
+	if n < 0 || n > carvev1.MaxReplicas {
+		return 0, fmt.Errorf("replicas %d out of range 1..%d", n, carvev1.MaxReplicas)
 	}
 	return max(n, 1), nil
 }
@@ -101,7 +77,7 @@ func Expand(gpus []partition.GPU, sharing map[int]Sharing) (Resources, error) {
 			return fmt.Errorf("GPU %d (%s) %s: %w", g.Index, g.UUID, orWhole(profile), err)
 		}
 		d := Device{ID: uuid, UUID: uuid, GPU: g.Index, GPUUUID: g.UUID, Replica: -1, Replicas: n, MIGProfile: profile, MemoryMiB: mem}
-		name := ResourceName(profile, s.RenameShared && n > 1)
+		name := carvev1.ResourceName(profile, s.RenameShared && n > 1)
 		if n == 1 {
 			res[name] = append(res[name], d)
 			return nil
@@ -167,4 +143,45 @@ func (r Resources) Names() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// IDSet names devices by device ID, physical device UUID or GPU UUID: a
+// GPU UUID names every device on that GPU, a device UUID every replica of
+// that device.
+type IDSet map[string]bool
+
+// NewIDSet returns the set of ids.
+func NewIDSet(ids []string) IDSet {
+	s := make(IDSet, len(ids))
+	for _, id := range ids {
+		s[id] = true
+	}
+	return s
+}
+
+// Matches reports whether the set names d by its ID, its UUID or its
+// GPU's UUID.
+func (s IDSet) Matches(d Device) bool {
+	return s[d.ID] || s[d.UUID] || s[d.GPUUUID]
+}
+
+// Without returns the resources less the devices drop matches; a resource
+// left without devices is left out.
+func (r Resources) Without(drop IDSet) Resources {
+	if len(drop) == 0 {
+		return r
+	}
+	out := Resources{}
+	for name, devs := range r {
+		var keep []Device
+		for _, d := range devs {
+			if !drop.Matches(d) {
+				keep = append(keep, d)
+			}
+		}
+		if len(keep) > 0 {
+			out[name] = keep
+		}
+	}
+	return out
 }

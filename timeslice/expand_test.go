@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/carve-dev/carve/configs"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -102,7 +102,7 @@ func TestExpand(t *testing.T) {
 		{
 			name:    "replicas above the bound",
 			gpus:    []partition.GPU{wholeGPU(0, "GPU-a")},
-			sharing: map[int]Sharing{0: {Replicas: MaxReplicas + 1}},
+			sharing: map[int]Sharing{0: {Replicas: carvev1.MaxReplicas + 1}},
 			wantErr: "GPU 0 (GPU-a) whole GPU: replicas 1025 out of range",
 		},
 	}
@@ -149,28 +149,9 @@ func TestReplicaOrderIsNumeric(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := ids(res[GPUResource])
+	got := ids(res[carvev1.GPUResource])
 	if got[2] != "GPU-a::2" || got[11] != "GPU-a::11" {
 		t.Fatalf("replicas not in numeric order: %v", got)
-	}
-}
-
-func TestResourceName(t *testing.T) {
-	tests := []struct {
-		profile string
-		shared  bool
-		want    string
-	}{
-		{"", false, "nvidia.com/gpu"},
-		{"", true, "nvidia.com/gpu.shared"},
-		{"1g.10gb", false, "nvidia.com/mig-1g.10gb"},
-		{"1g.10gb+me", false, "nvidia.com/mig-1g.10gb.me"},
-		{"3g.40gb", true, "nvidia.com/mig-3g.40gb.shared"},
-	}
-	for _, tt := range tests {
-		if got := ResourceName(tt.profile, tt.shared); got != tt.want {
-			t.Errorf("ResourceName(%q, %v) = %q, want %q", tt.profile, tt.shared, got, tt.want)
-		}
 	}
 }
 
@@ -204,26 +185,5 @@ func TestParseIDAndFold(t *testing.T) {
 	}
 	if _, err := Fold([]string{"GPU-a::bad"}); err == nil {
 		t.Fatal("Fold accepted a bad ID")
-	}
-}
-
-// TestFailRequestsFromProfile follows timeSlicing.failRequestsGreaterThanOne
-// from a resolved profile to the advertised replicas (not to unshared
-// devices), so the plugin can honour it.
-func TestFailRequestsFromProfile(t *testing.T) {
-	as := []configs.Assignment{
-		{GPU: 0, Entry: 0, Replicas: 2, FailRequestsGreaterThanOne: true},
-		{GPU: 1, Entry: 0, Replicas: 1, FailRequestsGreaterThanOne: true},
-		{GPU: 2, Entry: 1, Replicas: 2},
-	}
-	res, err := Expand([]partition.GPU{wholeGPU(0, "GPU-a"), wholeGPU(1, "GPU-b"), wholeGPU(2, "GPU-c")}, SharingFrom(as))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range res[GPUResource] {
-		want := d.GPU == 0
-		if d.FailRequestsGreaterThanOne != want {
-			t.Errorf("%s: FailRequestsGreaterThanOne = %v, want %v", d.ID, d.FailRequestsGreaterThanOne, want)
-		}
 	}
 }

@@ -1,8 +1,10 @@
 // Package timeslice turns the GPUs of a node and the sharing settings of the
 // profile in force into the resources carve advertises: whole GPUs, MIG
-// devices and their time-sliced replicas, with names and device IDs as
-// shared/spec.md fixes them.
+// devices and their time-sliced replicas, with names as api/v1 forms them
+// and device IDs "<uuid>" or "<uuid>::<replica>".
 package timeslice
+
+import "reflect"
 
 // Device is one device advertised to the kubelet.
 type Device struct {
@@ -48,4 +50,17 @@ type Sharing struct {
 	// FailRequestsGreaterThanOne marks the GPU's replicas so that the
 	// plugin refuses requests for more than one of them.
 	FailRequestsGreaterThanOne bool
+}
+
+// Equal reports whether two settings share devices the same way. A map
+// with no entries equals a nil one.
+func (s Sharing) Equal(o Sharing) bool {
+	// Every field is compared, so that one added later cannot be missed.
+	if len(s.MIGReplicas) == 0 {
+		s.MIGReplicas = nil
+	}
+	if len(o.MIGReplicas) == 0 {
+		o.MIGReplicas = nil
+	}
+	return reflect.DeepEqual(s, o)
 }

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 )
@@ -98,13 +100,13 @@ func TestValidateGeometryOnNode(t *testing.T) {
 	}
 }
 
-func planJSON(t *testing.T, args ...string) planOutput {
+func planJSON(t *testing.T, args ...string) carvev1.PlanDocument {
 	t.Helper()
 	code, out, errOut := carvectl(append([]string{"plan", "-o", "json"}, args...)...)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
-	var po planOutput
+	var po carvev1.PlanDocument
 	if err := json.Unmarshal([]byte(out), &po); err != nil {
 		t.Fatalf("bad JSON: %v\n%s", err, out)
 	}
@@ -179,11 +181,11 @@ func TestPlanFromState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	as, err := f.Resolve("balanced", node.ConfigGPUs())
+	want, err := desired.For(f, "balanced", node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := partition.PlanNode(node.GPUs, node.Models, partition.Targets(as), nil)
+	plan, err := want.Plan(node, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

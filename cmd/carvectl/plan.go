@@ -9,22 +9,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/partition"
-	"github.com/carve-dev/carve/timeslice"
 )
-
-// planOutput is the `carvectl plan -o json` document; docs/plan-schema.md
-// describes it.
-type planOutput struct {
-	Profile string `json:"profile"`
-	GPUs    string `json:"gpus"`
-	// Plan holds one plan per GPU, in index order.
-	Plan partition.NodePlan `json:"plan"`
-	// Resources counts the devices that would be advertised per resource.
-	Resources map[string]int `json:"resources"`
-	// NeedsReset is true when some GPU must be reset (or the node rebooted).
-	NeedsReset bool `json:"needsReset"`
-}
 
 func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
@@ -54,20 +42,17 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeFn()
-	// As the agent does: a file broken for every node is never planned;
-	// of the rest only the profile asked for must fit these GPUs (the file
-	// may hold profiles for other nodes of a mixed fleet).
-	if err := f.Validate(node.FleetGeometry(), nil); err != nil {
+	// The desired state as the agent computes it: a file broken for every
+	// node is never planned; of the rest only the profile asked for must
+	// fit these GPUs (the file may hold profiles for other nodes).
+	if err := desired.CheckFile(f, node); err != nil {
 		return reportProblems(*file, err, stdout)
 	}
-	if err := f.ValidateProfile(*profile, node.Geometry(), node.ConfigGPUs()); err != nil {
-		return reportProblems(*file, err, stdout)
-	}
-	assignments, err := f.Resolve(*profile, node.ConfigGPUs())
+	want, err := desired.For(f, *profile, node)
 	if err != nil {
 		return reportProblems(*file, err, stdout)
 	}
-	plan, err := partition.PlanNode(node.GPUs, node.Models, partition.Targets(assignments), nil)
+	plan, err := want.Plan(node, nil)
 	if err != nil {
 		fmt.Fprintf(stdout, "profile %s cannot be realised on %s:\n", *profile, *gpus)
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -75,11 +60,11 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		}
 		return exitError{1}
 	}
-	res, err := timeslice.Expand(node.Predict(plan), timeslice.SharingFrom(assignments))
+	res, err := want.Resources(node, plan)
 	if err != nil {
-		return fmt.Errorf("resources: %w", err)
+		return err
 	}
-	out := planOutput{Profile: *profile, GPUs: *gpus, Plan: plan, Resources: res.Counts(), NeedsReset: plan.NeedsReset()}
+	out := carvev1.PlanDocument{Profile: *profile, GPUs: *gpus, Plan: plan, Resources: res.Counts(), NeedsReset: plan.NeedsReset()}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -88,7 +73,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	return writePlanTable(stdout, out, node)
 }
 
-func writePlanTable(w io.Writer, out planOutput, node partition.Node) error {
+func writePlanTable(w io.Writer, out carvev1.PlanDocument, node partition.Node) error {
 	fmt.Fprintf(w, "Profile %q on %s (%s)\n", out.Profile, describeNode(node), out.GPUs)
 	for _, p := range out.Plan.GPUs {
 		fmt.Fprintf(w, "\nGPU %d  %s  %s  MIG %s\n", p.Index, p.Model, p.UUID, modeChange(p))
@@ -96,7 +81,7 @@ func writePlanTable(w io.Writer, out planOutput, node partition.Node) error {
 		if len(p.Instances) > 0 {
 			fmt.Fprintln(tw, "  INSTANCE\tPLACEMENT\tSTATUS\tUUID")
 			for _, in := range p.Instances {
-				fmt.Fprintf(tw, "  %s\t%d:%d\t%s\t%s\n", in.Profile, in.Placement.Start, in.Placement.Size, in.Status, orDash(in.UUID))
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", in.Profile, in.Placement, in.Status, orDash(in.UUID))
 			}
 		}
 		if err := tw.Flush(); err != nil {

@@ -17,8 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/carve-dev/carve/agent"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // nvidiaResourcePrefix starts the extended resources carve advertises.
@@ -77,8 +78,9 @@ type nodeStatus struct {
 	// LastError is the annotation's last error, or why the annotation
 	// could not be read.
 	LastError string `json:"lastError,omitempty"`
-	// Partition is the decoded carve.dev/partition annotation.
-	Partition *agent.Partition `json:"partition,omitempty"`
+	// Record is the decoded node record (the carve.dev/partition
+	// annotation).
+	Record *carvev1.NodeRecord `json:"partition,omitempty"`
 	// AnnotationError says why the annotation could not be decoded.
 	AnnotationError string `json:"annotationError,omitempty"`
 }
@@ -131,7 +133,7 @@ func status(ctx context.Context, cs kubernetes.Interface, host, selector, output
 	fmt.Fprintln(tw, "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tRESOURCES\tLAST ERROR")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned),
-			orDash(r.Applied), orDash(r.State), orDash(compactResources(r.Resources)), orDash(oneLine(r.LastError)))
+			orDash(r.Applied), orDash(r.State), orDash(compactResources(r.Resources)), orDash(textfmt.OneLine(r.LastError)))
 	}
 	return tw.Flush()
 }
@@ -162,31 +164,31 @@ func statusOf(n *corev1.Node) (nodeStatus, bool) {
 			res[short] = q.Value()
 		}
 	}
-	_, hasState := n.Labels[agent.LabelState]
+	_, hasState := n.Labels[carvev1.LabelState]
 	if !hasState && len(res) == 0 {
 		return nodeStatus{}, false
 	}
 	r := nodeStatus{
 		Node:      n.Name,
-		Pinned:    n.Labels[configs.LabelProfile],
-		Source:    n.Labels[agent.LabelSource],
-		Window:    n.Labels[agent.LabelWindow],
-		Applied:   n.Labels[agent.LabelApplied],
-		State:     n.Labels[agent.LabelState],
+		Pinned:    n.Labels[carvev1.LabelProfile],
+		Source:    n.Labels[carvev1.LabelSource],
+		Window:    n.Labels[carvev1.LabelWindow],
+		Applied:   n.Labels[carvev1.LabelApplied],
+		State:     n.Labels[carvev1.LabelState],
 		Resources: res,
 	}
-	if a, ok := n.Annotations[agent.AnnotationPartition]; ok {
-		p, err := agent.DecodePartition(a)
+	if a, ok := n.Annotations[carvev1.AnnotationRecord]; ok {
+		p, err := carvev1.DecodeNodeRecord(a)
 		if err != nil {
 			r.AnnotationError = err.Error()
 			r.LastError = err.Error()
 		} else {
-			r.Partition = &p
+			r.Record = &p
 			r.LastError = p.LastError
 		}
 	}
-	if r.Partition != nil && r.Partition.Selected != nil {
-		sel := r.Partition.Selected
+	if r.Record != nil && r.Record.Selected != nil {
+		sel := r.Record.Selected
 		r.Selected, r.Source, r.Window = sel.Profile, sel.Source, sel.Window
 	} else {
 		r.Selected = selectedFromLabels(r)
@@ -203,7 +205,7 @@ func selectedFromLabels(r nodeStatus) string {
 	switch {
 	case r.Source == configs.SourceLabel:
 		return r.Pinned
-	case r.Source != "" && r.State == agent.StateSuccess:
+	case r.Source != "" && r.State == carvev1.StateSuccess:
 		return r.Applied
 	}
 	return ""
@@ -233,9 +235,4 @@ func compactResources(res map[string]int64) string {
 		parts[i] = fmt.Sprintf("%s=%d", n, res[n])
 	}
 	return strings.Join(parts, " ")
-}
-
-// oneLine keeps a table row on one line.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
 }

@@ -17,8 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/carve-dev/carve/agent"
-	"github.com/carve-dev/carve/configs"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 )
 
 func gpuNode(name string, labels, annotations map[string]string, alloc map[string]int64) *corev1.Node {
@@ -33,13 +32,13 @@ func gpuNode(name string, labels, annotations map[string]string, alloc map[strin
 	return n
 }
 
-func annotation(t *testing.T, p agent.Partition) map[string]string {
+func annotation(t *testing.T, p carvev1.NodeRecord) map[string]string {
 	t.Helper()
 	s, err := p.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]string{agent.AnnotationPartition: s}
+	return map[string]string{carvev1.AnnotationRecord: s}
 }
 
 // statusNodes is a cluster with one node of each kind status must show.
@@ -48,35 +47,35 @@ func annotation(t *testing.T, p agent.Partition) map[string]string {
 func statusNodes(t *testing.T) []runtime.Object {
 	return []runtime.Object{
 		gpuNode("gpu-a", map[string]string{
-			agent.LabelState: agent.StateSuccess, agent.LabelApplied: "balanced", agent.LabelSource: "rule", "pool": "inference",
-		}, annotation(t, agent.Partition{Profile: "balanced", ProfileHash: "abc", State: agent.StateSuccess, Generation: 3,
-			GPUs: []agent.GPURecord{{Index: 0, UUID: "GPU-0", Model: "H100-80GB", MIGMode: "enabled"}}}),
+			carvev1.LabelState: carvev1.StateSuccess, carvev1.LabelApplied: "balanced", carvev1.LabelSource: "rule", "pool": "inference",
+		}, annotation(t, carvev1.NodeRecord{Profile: "balanced", ProfileHash: "abc", State: carvev1.StateSuccess, Generation: 3,
+			GPUs: []carvev1.GPURecord{{Index: 0, UUID: "GPU-0", Model: "H100-80GB", MIGMode: "enabled"}}}),
 			map[string]int64{"nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/gpu": 4}),
 		gpuNode("gpu-b", map[string]string{
-			agent.LabelState: agent.StateFailed, agent.LabelApplied: "full", agent.LabelSource: "label", configs.LabelProfile: "split",
-		}, annotation(t, agent.Partition{Profile: "full", State: agent.StateFailed, Generation: 7,
-			Selected:  &agent.SelectedProfile{Profile: "split", Source: "label"},
+			carvev1.LabelState: carvev1.StateFailed, carvev1.LabelApplied: "full", carvev1.LabelSource: "label", carvev1.LabelProfile: "split",
+		}, annotation(t, carvev1.NodeRecord{Profile: "full", State: carvev1.StateFailed, Generation: 7,
+			Selected:  &carvev1.SelectedProfile{Profile: "split", Source: "label"},
 			LastError: "profile split: GPUs 4-7 are not on this node\n(it has GPUs 0-3)"}),
 			map[string]int64{"nvidia.com/gpu": 4}),
 		gpuNode("gpu-c", map[string]string{
-			agent.LabelState: agent.StateSuccess, agent.LabelApplied: "full", agent.LabelSource: "window",
-			agent.LabelWindow: "nightly-training", "pool": "inference",
+			carvev1.LabelState: carvev1.StateSuccess, carvev1.LabelApplied: "full", carvev1.LabelSource: "window",
+			carvev1.LabelWindow: "nightly-training", "pool": "inference",
 		}, nil, map[string]int64{"nvidia.com/gpu": 8}),
-		gpuNode("gpu-d", map[string]string{agent.LabelState: agent.StatePending},
-			map[string]string{agent.AnnotationPartition: `{"profile": "full",`}, nil),
+		gpuNode("gpu-d", map[string]string{carvev1.LabelState: carvev1.StatePending},
+			map[string]string{carvev1.AnnotationRecord: `{"profile": "full",`}, nil),
 		// The annotation says why, whatever the labels say (here stale).
 		// nvidia.com/gpu at zero is what the kubelet keeps for a while
 		// after the whole GPUs went into MIG: not shown.
 		gpuNode("gpu-e", map[string]string{
-			agent.LabelState: agent.StateDraining, agent.LabelApplied: "balanced", agent.LabelSource: "rule",
-		}, annotation(t, agent.Partition{Profile: "balanced", State: agent.StateDraining, Generation: 9,
-			Selected: &agent.SelectedProfile{Profile: "small", Source: "window", Window: "nightly"}}),
+			carvev1.LabelState: carvev1.StateDraining, carvev1.LabelApplied: "balanced", carvev1.LabelSource: "rule",
+		}, annotation(t, carvev1.NodeRecord{Profile: "balanced", State: carvev1.StateDraining, Generation: 9,
+			Selected: &carvev1.SelectedProfile{Profile: "small", Source: "window", Window: "nightly"}}),
 			map[string]int64{"nvidia.com/mig-1g.10gb": 4, "nvidia.com/gpu": 0}),
 		// Pending on an older agent's annotation: the labels cannot tell
 		// what it waits for.
 		gpuNode("gpu-f", map[string]string{
-			agent.LabelState: agent.StatePending, agent.LabelApplied: "full", agent.LabelSource: "rule",
-		}, annotation(t, agent.Partition{Profile: "full", State: agent.StatePending, Generation: 2}),
+			carvev1.LabelState: carvev1.StatePending, carvev1.LabelApplied: "full", carvev1.LabelSource: "rule",
+		}, annotation(t, carvev1.NodeRecord{Profile: "full", State: carvev1.StatePending, Generation: 2}),
 			map[string]int64{"nvidia.com/gpu": 8}),
 		gpuNode("cpu-only", map[string]string{"pool": "inference"}, nil, nil),
 	}
@@ -98,7 +97,7 @@ func TestStatusTable(t *testing.T) {
 			selector: "",
 			wantLines: map[string][]string{
 				"gpu-a": {"rule", "balanced", "success", "gpu=4 mig-1g.10gb=14 mig-3g.40gb=2"},
-				"gpu-b": {"label", "split", "full", "failed", "gpu=4", "profile split: GPUs 4-7 are not on this node (it has GPUs 0-3)"},
+				"gpu-b": {"label", "split", "full", "failed", "gpu=4", "profile split: GPUs 4-7 are not on this node; (it has GPUs 0-3)"},
 				"gpu-c": {"window nightly-training", "full", "success", "gpu=8"},
 				"gpu-d": {"pending", "decode carve.dev/partition annotation"},
 				"gpu-e": {"window nightly", "balanced", "draining", "mig-1g.10gb=4"},
@@ -202,23 +201,23 @@ func TestStatusJSON(t *testing.T) {
 			t.Errorf("%s: selected %q by %q window %q, want %q by %q window %q", s.node, r.Selected, r.Source, r.Window, s.selected, s.source, s.window)
 		}
 	}
-	if e := byNode["gpu-e"]; e.Partition == nil || e.Partition.Selected == nil || e.Partition.Selected.Profile != "small" {
-		t.Errorf("gpu-e partition: %+v", e.Partition)
+	if e := byNode["gpu-e"]; e.Record == nil || e.Record.Selected == nil || e.Record.Selected.Profile != "small" {
+		t.Errorf("gpu-e partition: %+v", e.Record)
 	}
 	a := byNode["gpu-a"]
-	if a.Partition == nil || a.Partition.Generation != 3 || a.Partition.GPUs[0].UUID != "GPU-0" {
-		t.Errorf("gpu-a partition: %+v", a.Partition)
+	if a.Record == nil || a.Record.Generation != 3 || a.Record.GPUs[0].UUID != "GPU-0" {
+		t.Errorf("gpu-a partition: %+v", a.Record)
 	}
 	if a.Resources["mig-1g.10gb"] != 14 || a.Applied != "balanced" || a.Source != "rule" {
 		t.Errorf("gpu-a: %+v", a)
 	}
-	if b := byNode["gpu-b"]; !strings.Contains(b.LastError, "GPUs 4-7") || b.Pinned != "split" || b.State != agent.StateFailed {
+	if b := byNode["gpu-b"]; !strings.Contains(b.LastError, "GPUs 4-7") || b.Pinned != "split" || b.State != carvev1.StateFailed {
 		t.Errorf("gpu-b: %+v", b)
 	}
-	if c := byNode["gpu-c"]; c.Window != "nightly-training" || c.Partition != nil {
+	if c := byNode["gpu-c"]; c.Window != "nightly-training" || c.Record != nil {
 		t.Errorf("gpu-c: %+v", c)
 	}
-	if d := byNode["gpu-d"]; d.AnnotationError == "" || d.Partition != nil {
+	if d := byNode["gpu-d"]; d.AnnotationError == "" || d.Record != nil {
 		t.Errorf("gpu-d: %+v", d)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -35,7 +36,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer closeFn()
-		geo, cgpus, against = n.Geometry(), n.ConfigGPUs(), describeNode(n)
+		geo, cgpus, against = n.Geometry(), desired.ConfigGPUs(n), describeNode(n)
 	}
 	if err := f.Validate(geo, cgpus); err != nil {
 		return reportProblems(*file, err, stdout)

@@ -161,9 +161,9 @@ func (d *device) GPUInstances() ([]partition.GPUInstance, error) {
 // The new instance gets the lowest free ID from 1.
 func (d *device) CreateGPUInstance(profileID int, at partition.Placement) (partition.GPUInstance, error) {
 	var out partition.GPUInstance
-	args := fmt.Sprintf("profile %d at %s", profileID, placementString(at))
+	args := fmt.Sprintf("profile %d at %s", profileID, at.String())
 	if p, ok := d.m.spec.GPUs[d.index].ProfileByID(profileID); ok {
-		args = fmt.Sprintf("%s (profile %d) at %s", p.Name, profileID, placementString(at))
+		args = fmt.Sprintf("%s (profile %d) at %s", p.Name, profileID, at.String())
 	}
 	err := d.write("CreateGPUInstance", args, func(g *gpuState) (string, error) {
 		gi, err := g.createGI(profileID, at, -1)
@@ -185,7 +185,7 @@ func (d *device) DestroyGPUInstance(giID int) error {
 		if err != nil {
 			return "", err
 		}
-		what := fmt.Sprintf("GPU %d: destroy GPU instance %d (%s at %s)", g.index, giID, gi.profile.Name, placementString(gi.placement))
+		what := fmt.Sprintf("GPU %d: destroy GPU instance %d (%s at %s)", g.index, giID, gi.profile.Name, gi.placement.String())
 		if gi.busy() {
 			return "", fmt.Errorf("%s: a process holds its MIG device: %w", what, partition.ErrInUse)
 		}

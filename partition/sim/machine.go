@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/carve-dev/carve/partition"
@@ -328,9 +329,6 @@ func (ci *ciState) public(giID int) partition.ComputeInstance {
 	return partition.ComputeInstance{ID: ci.id, GIID: giID, ComputeSlices: ci.slices, UUID: ci.uuid}
 }
 
-// placementString writes a placement as "start:size".
-func placementString(p partition.Placement) string { return fmt.Sprintf("%d:%d", p.Start, p.Size) }
-
 // needMIG fails with ErrNotSupported unless MIG mode is current.
 func (g *gpuState) needMIG(what string) error {
 	if !g.migCapable() {
@@ -352,7 +350,7 @@ func (g *gpuState) createGI(profileID int, at partition.Placement, id int) (*giS
 	if !ok {
 		return nil, fmt.Errorf("GPU %d: create GPU instance: unknown profile ID %d on %s: %w", g.index, profileID, g.model.Key, partition.ErrInvalidArgument)
 	}
-	where := fmt.Sprintf("GPU %d: create GPU instance %s at %s", g.index, p.Name, placementString(at))
+	where := fmt.Sprintf("GPU %d: create GPU instance %s at %s", g.index, p.Name, at.String())
 	valid := false
 	for _, pl := range p.Placements {
 		if pl == at {
@@ -372,7 +370,7 @@ func (g *gpuState) createGI(profileID int, at partition.Placement, id int) (*giS
 			return nil, fmt.Errorf("%s: GPU instance %d (%s) already has the media extensions: %w", where, gi.id, gi.profile.Name, partition.ErrInsufficientResources)
 		}
 		if gi.placement.Overlaps(at) {
-			return nil, fmt.Errorf("%s: overlaps GPU instance %d (%s at %s): %w", where, gi.id, gi.profile.Name, placementString(gi.placement), partition.ErrInsufficientResources)
+			return nil, fmt.Errorf("%s: overlaps GPU instance %d (%s at %s): %w", where, gi.id, gi.profile.Name, gi.placement.String(), partition.ErrInsufficientResources)
 		}
 	}
 	if count >= p.MaxCount {
@@ -396,14 +394,14 @@ func (g *gpuState) createGI(profileID int, at partition.Placement, id int) (*giS
 
 // placementsString lists placements as "0:4, 4:4".
 func placementsString(ps []partition.Placement) string {
-	s := ""
+	var b strings.Builder
 	for i, p := range ps {
 		if i > 0 {
-			s += ", "
+			b.WriteString(", ")
 		}
-		s += placementString(p)
+		b.WriteString(p.String())
 	}
-	return s
+	return b.String()
 }
 
 // lookupGI returns GI giID or an ErrNotFound error.
@@ -427,7 +425,7 @@ func (g *gpuState) createCI(spec Spec, giID, slices, id int) (*ciState, error) {
 	if err != nil {
 		return nil, err
 	}
-	what = fmt.Sprintf("GPU %d: %s (%s at %s)", g.index, what, gi.profile.Name, placementString(gi.placement))
+	what = fmt.Sprintf("GPU %d: %s (%s at %s)", g.index, what, gi.profile.Name, gi.placement.String())
 	used := gi.usedSlices()
 	switch {
 	case slices == 0 && len(gi.cis) > 0:

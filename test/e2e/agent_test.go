@@ -23,6 +23,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/carve-dev/carve/agent"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
@@ -228,23 +229,23 @@ func TestAgentRealisesTheLabelledProfile(t *testing.T) {
 	applyProfiles(ctx, t, c, readExample(t))
 	r := startAgent(t, c, m, nil)
 
-	n := waitState(ctx, t, c, agent.StateSuccess, "full")
-	if got := n.Labels[agent.LabelSource]; got != "default" {
-		t.Errorf("%s = %q, want default", agent.LabelSource, got)
+	n := waitState(ctx, t, c, carvev1.StateSuccess, "full")
+	if got := n.Labels[carvev1.LabelSource]; got != "default" {
+		t.Errorf("%s = %q, want default", carvev1.LabelSource, got)
 	}
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 8})
 
 	since := time.Now()
 	setProfileLabel(ctx, t, c, "all-1g")
-	n = waitState(ctx, t, c, agent.StateSuccess, "all-1g")
+	n = waitState(ctx, t, c, carvev1.StateSuccess, "all-1g")
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 56})
-	waitEvent(ctx, t, c, agent.ReasonRepartitioned, "profile all-1g (label) applied", since)
+	waitEvent(ctx, t, c, carvev1.ReasonRepartitioned, "profile all-1g (label) applied", since)
 
 	t.Run("labels", func(t *testing.T) {
 		want := map[string]string{
-			agent.LabelApplied: "all-1g", agent.LabelSource: "label", agent.LabelState: agent.StateSuccess,
-			agent.LabelGPUCount: "8", agent.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3",
-			agent.LabelMIGCapable: "true", agent.LabelMIGStrategy: "mixed",
+			carvev1.LabelApplied: "all-1g", carvev1.LabelSource: "label", carvev1.LabelState: carvev1.StateSuccess,
+			carvev1.LabelGPUCount: "8", carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3",
+			carvev1.LabelMIGCapable: "true", carvev1.LabelMIGStrategy: "mixed",
 			"nvidia.com/mig-1g.10gb.count": "56",
 		}
 		got := harness.OwnedLabels(n)
@@ -258,17 +259,17 @@ func TestAgentRealisesTheLabelledProfile(t *testing.T) {
 				t.Errorf("label %s=%s left over: only 1g.10gb devices exist", k, got[k])
 			}
 		}
-		if _, ok := got[agent.LabelWindow]; ok {
-			t.Errorf("%s set outside any window", agent.LabelWindow)
+		if _, ok := got[carvev1.LabelWindow]; ok {
+			t.Errorf("%s set outside any window", carvev1.LabelWindow)
 		}
 	})
 
 	t.Run("annotation", func(t *testing.T) {
-		p, err := harness.PartitionOf(n)
+		p, err := harness.RecordOf(n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Profile != "all-1g" || p.State != agent.StateSuccess || p.LastError != "" || len(p.GPUs) != 8 {
+		if p.Profile != "all-1g" || p.State != carvev1.StateSuccess || p.LastError != "" || len(p.GPUs) != 8 {
 			t.Fatalf("annotation profile %q state %q error %q, %d GPUs", p.Profile, p.State, p.LastError, len(p.GPUs))
 		}
 		var recorded []string
@@ -304,7 +305,7 @@ func TestAgentRealisesTheLabelledProfile(t *testing.T) {
 			t.Fatalf("carvectl status: want a header and one node row:\n%s", out)
 		}
 		row := strings.Fields(lines[1])
-		want := []string{c.NodeName(), "all-1g", "label", "all-1g", "all-1g", agent.StateSuccess, "mig-1g.10gb=56"}
+		want := []string{c.NodeName(), "all-1g", "label", "all-1g", "all-1g", carvev1.StateSuccess, "mig-1g.10gb=56"}
 		if len(row) < len(want) || !slices.Equal(row[:len(want)], want) {
 			t.Errorf("carvectl status row %q, want it to start %q", row, want)
 		}
@@ -360,7 +361,7 @@ func TestAgentFollowsAReplicaEdit(t *testing.T) {
 	m := newSim(t, "h100-80gb*2")
 	applyProfiles(ctx, t, c, strings.ReplaceAll(replicasProfiles, "REPLICAS", "2"))
 	r := startAgent(t, c, m, nil)
-	waitState(ctx, t, c, agent.StateSuccess, "mixed")
+	waitState(ctx, t, c, carvev1.StateSuccess, "mixed")
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 14, gpu: 2})
 	if len(m.OpLog()) == 0 {
 		t.Fatal("no MIG operation made the first partition")
@@ -370,10 +371,10 @@ func TestAgentFollowsAReplicaEdit(t *testing.T) {
 	since := time.Now()
 	applyProfiles(ctx, t, c, strings.ReplaceAll(replicasProfiles, "REPLICAS", "4"))
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 28, gpu: 4})
-	waitEvent(ctx, t, c, agent.ReasonSharingChanged, "no MIG change needed", since)
-	n := waitState(ctx, t, c, agent.StateSuccess, "mixed")
-	if got := n.Labels[agent.LabelGPUReplicas]; got != "4" {
-		t.Errorf("%s = %q, want 4", agent.LabelGPUReplicas, got)
+	waitEvent(ctx, t, c, carvev1.ReasonSharingChanged, "no MIG change needed", since)
+	n := waitState(ctx, t, c, carvev1.StateSuccess, "mixed")
+	if got := n.Labels[carvev1.LabelGPUReplicas]; got != "4" {
+		t.Errorf("%s = %q, want 4", carvev1.LabelGPUReplicas, got)
 	}
 	if ops := m.OpLog(); len(ops) != 0 {
 		t.Errorf("a replica edit made MIG operations: %v", ops)
@@ -398,35 +399,35 @@ func TestAgentRejectsABrokenConfigMap(t *testing.T) {
 	since := time.Now()
 	applyProfiles(ctx, t, c, broken)
 	startAgent(t, c, m, nil)
-	n := waitState(ctx, t, c, agent.StateFailed, "")
-	ev := waitEvent(ctx, t, c, agent.ReasonConfigRejected, "profiles.mixed[0].mig", since)
+	n := waitState(ctx, t, c, carvev1.StateFailed, "")
+	ev := waitEvent(ctx, t, c, carvev1.ReasonConfigRejected, "profiles.mixed[0].mig", since)
 	if ev.Type != corev1.EventTypeWarning {
 		t.Errorf("event type %s, want Warning", ev.Type)
 	}
 	if ops := m.OpLog(); len(ops) != 0 {
 		t.Fatalf("a rejected file touched the GPUs: %v", ops)
 	}
-	if p, err := harness.PartitionOf(n); err != nil || !strings.Contains(p.LastError, "1g.10gb") {
+	if p, err := harness.RecordOf(n); err != nil || !strings.Contains(p.LastError, "1g.10gb") {
 		t.Errorf("annotation last error %q (err %v) does not name the problem", p.LastError, err)
 	}
 
 	applyProfiles(ctx, t, c, good)
-	waitState(ctx, t, c, agent.StateSuccess, "mixed")
+	waitState(ctx, t, c, carvev1.StateSuccess, "mixed")
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 14, gpu: 2})
 	before := migUUIDs(t, m)
 	m.ResetOpLog()
 
 	since = time.Now()
 	applyProfiles(ctx, t, c, strings.Replace(good, "timeSlicing", "timeslicing", 1))
-	n = waitState(ctx, t, c, agent.StateFailed, "mixed")
-	waitEvent(ctx, t, c, agent.ReasonConfigRejected, "timeslicing", since)
+	n = waitState(ctx, t, c, carvev1.StateFailed, "mixed")
+	waitEvent(ctx, t, c, carvev1.ReasonConfigRejected, "timeslicing", since)
 	if ops := m.OpLog(); len(ops) != 0 {
 		t.Errorf("a rejected edit touched the GPUs: %v", ops)
 	}
 	if after := migUUIDs(t, m); !slices.Equal(before, after) {
 		t.Errorf("MIG devices changed from %v to %v", before, after)
 	}
-	if p, err := harness.PartitionOf(n); err != nil || p.Profile != "mixed" {
+	if p, err := harness.RecordOf(n); err != nil || p.Profile != "mixed" {
 		t.Errorf("annotation profile %q (err %v), want the one still in place, mixed", p.Profile, err)
 	}
 	// The devices in place stay advertised.
@@ -483,8 +484,8 @@ func nextAt3() time.Time {
 func watchWindow(ctx context.Context, t *testing.T, c *cluster.Cluster, start, end time.Time) {
 	t.Helper()
 	n := crossBoundary(ctx, t, c, start, "start", "shared", true)
-	if got := n.Labels[agent.LabelSource]; got != "window" {
-		t.Errorf("%s = %q in the window, want window", agent.LabelSource, got)
+	if got := n.Labels[carvev1.LabelSource]; got != "window" {
+		t.Errorf("%s = %q in the window, want window", carvev1.LabelSource, got)
 	}
 	waitAllocatable(ctx, t, c.Clientset(), c.NodeName(), map[string]int64{gpu: 3})
 	crossBoundary(ctx, t, c, end, "end", "whole", false)
@@ -498,9 +499,9 @@ func crossBoundary(ctx context.Context, t *testing.T, c *cluster.Cluster, at tim
 	t.Helper()
 	what := fmt.Sprintf("profile %s in force at the window's %s", profile, which)
 	n, err := harness.WaitNode(ctx, c.Clientset(), c.NodeName(), time.Until(at)+30*time.Second, what, func(n *corev1.Node) bool {
-		w, in := n.Labels[agent.LabelWindow]
+		w, in := n.Labels[carvev1.LabelWindow]
 		return in == inside && (!inside || w == "soon") &&
-			n.Labels[agent.LabelApplied] == profile && n.Labels[agent.LabelState] == agent.StateSuccess
+			n.Labels[carvev1.LabelApplied] == profile && n.Labels[carvev1.LabelState] == carvev1.StateSuccess
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -526,8 +527,8 @@ func TestAgentWindowInjectedClock(t *testing.T) {
 	clock.startAt(boundary.Add(-time.Hour), 0)
 	applyProfiles(ctx, t, c, windowFile("0 3 * * *", 20*time.Second))
 	startAgent(t, c, m, func(cfg *agent.Config) { cfg.Clock = clock.now })
-	n := waitState(ctx, t, c, agent.StateSuccess, "whole")
-	if _, in := n.Labels[agent.LabelWindow]; in {
+	n := waitState(ctx, t, c, carvev1.StateSuccess, "whole")
+	if _, in := n.Labels[carvev1.LabelWindow]; in {
 		t.Fatalf("in a window before its start: %v", harness.OwnedLabels(n))
 	}
 	start := clock.startAt(boundary.Add(-10*time.Second), 10*time.Second)
@@ -560,7 +561,7 @@ func TestAgentWindowRealClock(t *testing.T) {
 	}
 	applyProfiles(ctx, t, c, windowFile(fmt.Sprintf("%d %d * * *", start.Minute(), start.Hour()), time.Minute))
 	startAgent(t, c, m, nil)
-	waitState(ctx, t, c, agent.StateSuccess, "whole")
+	waitState(ctx, t, c, carvev1.StateSuccess, "whole")
 	watchWindow(ctx, t, c, start, start.Add(time.Minute))
 }
 
@@ -604,7 +605,7 @@ func TestAgentAPIServerOutage(t *testing.T) {
 	clock.startAt(boundary.Add(-time.Hour), 0)
 	applyProfiles(ctx, t, c, windowFile("0 3 * * *", time.Hour))
 	r := startAgent(t, c, m, func(cfg *agent.Config) { cfg.Clock = clock.now })
-	waitState(ctx, t, c, agent.StateSuccess, "whole")
+	waitState(ctx, t, c, carvev1.StateSuccess, "whole")
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
 	start := clock.startAt(boundary.Add(-20*time.Second), 20*time.Second)
 	poke(ctx, t, c)
@@ -652,14 +653,14 @@ func TestAgentAPIServerOutage(t *testing.T) {
 	apiUp = true
 	back := time.Now()
 	n, err := harness.WaitNode(ctx, cs, c.NodeName(), 90*time.Second, "the window's labels", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelWindow] == "soon" && n.Labels[agent.LabelApplied] == "shared" && n.Labels[agent.LabelState] == agent.StateSuccess
+		return n.Labels[carvev1.LabelWindow] == "soon" && n.Labels[carvev1.LabelApplied] == "shared" && n.Labels[carvev1.LabelState] == carvev1.StateSuccess
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("labels caught up %s after the API server came back", time.Since(back).Round(100*time.Millisecond))
-	if got := n.Labels[agent.LabelGPUReplicas]; got != "3" {
-		t.Errorf("%s = %q, want 3", agent.LabelGPUReplicas, got)
+	if got := n.Labels[carvev1.LabelGPUReplicas]; got != "3" {
+		t.Errorf("%s = %q, want 3", carvev1.LabelGPUReplicas, got)
 	}
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 3})
 
@@ -669,8 +670,8 @@ func TestAgentAPIServerOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 		startAgent(t, c, newSim(t, "h100-80gb*1"), func(cfg *agent.Config) { cfg.Clock = clock.now })
-		n := waitState(ctx, t, c, agent.StateSuccess, "shared")
-		if n.Labels[agent.LabelWindow] != "soon" || n.Labels[agent.LabelSource] != "window" {
+		n := waitState(ctx, t, c, carvev1.StateSuccess, "shared")
+		if n.Labels[carvev1.LabelWindow] != "soon" || n.Labels[carvev1.LabelSource] != "window" {
 			t.Errorf("labels %v, want window soon as the source", harness.OwnedLabels(n))
 		}
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 3})
@@ -712,7 +713,7 @@ func drainSetup(t *testing.T, c *cluster.Cluster, policy, pod string, hold time.
 	m := newSim(t, "h100-80gb*1")
 	applyProfiles(ctx, t, c, strings.ReplaceAll(drainProfiles, "POLICY", policy))
 	startAgent(t, c, m, nil)
-	waitState(ctx, t, c, agent.StateSuccess, "small")
+	waitState(ctx, t, c, carvev1.StateSuccess, "small")
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7})
 	createPod(ctx, t, cs, harness.DevicePod(pod, mig1g, 1, hold))
 	created := time.Now()
@@ -731,21 +732,21 @@ func TestAgentDrain(t *testing.T) {
 
 		since := time.Now()
 		setProfileLabel(ctx, t, c, "whole")
-		waitState(ctx, t, c, agent.StateDraining, "small")
-		waitEvent(ctx, t, c, agent.ReasonDraining, "waiting for them to be released", since)
+		waitState(ctx, t, c, carvev1.StateDraining, "small")
+		waitEvent(ctx, t, c, carvev1.ReasonDraining, "waiting for them to be released", since)
 		// No new pod may land on the devices that are going: none are
 		// advertised while the node drains.
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{})
 		if ph := harness.PodPhase(ctx, cs, metav1.NamespaceDefault, "drain-wait"); ph != corev1.PodRunning {
 			t.Fatalf("the holding pod is %s while the node drains, want Running", ph)
 		}
-		n := waitState(ctx, t, c, agent.StateSuccess, "whole")
+		n := waitState(ctx, t, c, carvev1.StateSuccess, "whole")
 		if ph := harness.PodPhase(ctx, cs, metav1.NamespaceDefault, "drain-wait"); ph != corev1.PodSucceeded {
 			t.Errorf("the change completed with the holding pod %s, want Succeeded (it ran to its end)", ph)
 		}
 		t.Logf("change completed %s after the label, the pod holding its device for 40 s from its start", time.Since(since).Round(100*time.Millisecond))
-		if got := n.Labels[agent.LabelGPUCount]; got != "1" {
-			t.Errorf("%s = %q", agent.LabelGPUCount, got)
+		if got := n.Labels[carvev1.LabelGPUCount]; got != "1" {
+			t.Errorf("%s = %q", carvev1.LabelGPUCount, got)
 		}
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
 		if uuids := migUUIDs(t, m); len(uuids) != 0 {
@@ -775,8 +776,8 @@ func TestAgentDrain(t *testing.T) {
 
 		since := time.Now()
 		setProfileLabel(ctx, t, c, "whole")
-		waitState(ctx, t, c, agent.StateDraining, "small")
-		waitEvent(ctx, t, c, agent.ReasonEvicting, "refused", since)
+		waitState(ctx, t, c, carvev1.StateDraining, "small")
+		waitEvent(ctx, t, c, carvev1.ReasonEvicting, "refused", since)
 		if ph := harness.PodPhase(ctx, cs, metav1.NamespaceDefault, "drain-evict"); ph != corev1.PodRunning {
 			t.Fatalf("the PodDisruptionBudget did not protect the pod: %s", ph)
 		}
@@ -788,7 +789,7 @@ func TestAgentDrain(t *testing.T) {
 		if err := harness.WaitPodGone(ctx, cs, metav1.NamespaceDefault, "drain-evict", 2*time.Minute); err != nil {
 			t.Fatalf("not evicted: %v", err)
 		}
-		waitState(ctx, t, c, agent.StateSuccess, "whole")
+		waitState(ctx, t, c, carvev1.StateSuccess, "whole")
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
 		if uuids := migUUIDs(t, m); len(uuids) != 0 {
 			t.Errorf("MIG devices left: %v", uuids)

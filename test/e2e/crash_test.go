@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/carve-dev/carve/agent"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/harness"
@@ -108,7 +108,7 @@ func TestAgentCrashAfterEveryOp(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	bin, err := harness.BuildAgent(ctx, root, dir)
+	bin, err := harness.BuildAgent(ctx, root, dir, harness.TestHooksTag)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,9 +171,9 @@ func TestAgentCrashAfterEveryOp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, waitErr := harness.WaitState(ctx, c.Clientset(), c.NodeName(), agent.StateSuccess, "after", 2*time.Minute)
+		_, waitErr := harness.WaitState(ctx, c.Clientset(), c.NodeName(), carvev1.StateSuccess, "after", 2*time.Minute)
 		if waitErr == nil {
-			_, waitErr = harness.WaitEvent(ctx, c.Clientset(), c.NodeName(), agent.ReasonResumingApply, "was interrupted", since, 30*time.Second)
+			_, waitErr = harness.WaitEvent(ctx, c.Clientset(), c.NodeName(), carvev1.ReasonResumingApply, "was interrupted", since, 30*time.Second)
 		}
 		if waitErr == nil && k == ops {
 			waitErr = checkServing(ctx, metricsAddr)

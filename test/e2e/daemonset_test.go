@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/restmapper"
 
-	"github.com/carve-dev/carve/agent"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
 )
@@ -104,20 +104,20 @@ func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 		t.Fatalf("DaemonSet status never showed 1 of 1 ready: %v", err)
 	}
 
-	n := waitState(ctx, t, c, agent.StateSuccess, "full")
-	if got := n.Labels[agent.LabelSource]; got != "default" {
-		t.Errorf("%s = %q, want default", agent.LabelSource, got)
+	n := waitState(ctx, t, c, carvev1.StateSuccess, "full")
+	if got := n.Labels[carvev1.LabelSource]; got != "default" {
+		t.Errorf("%s = %q, want default", carvev1.LabelSource, got)
 	}
 	waitAllocatable(ctx, t, cs, node, map[string]int64{gpu: 8})
 
 	since := time.Now()
 	setProfileLabel(ctx, t, c, "all-1g")
-	waitState(ctx, t, c, agent.StateSuccess, "all-1g")
+	waitState(ctx, t, c, carvev1.StateSuccess, "all-1g")
 	waitAllocatable(ctx, t, cs, node, map[string]int64{mig1g: 56})
 	t.Logf("profile all-1g realised and advertised %s after the label", time.Since(since).Round(100*time.Millisecond))
 
 	t.Run("an Event from carve-agent on the node", func(t *testing.T) {
-		ev := waitEvent(ctx, t, c, agent.ReasonRepartitioned, "profile all-1g (label) applied", since)
+		ev := waitEvent(ctx, t, c, carvev1.ReasonRepartitioned, "profile all-1g (label) applied", since)
 		if ev.Source.Component != "carve-agent" || ev.Source.Host != node || ev.Namespace != metav1.NamespaceDefault {
 			t.Errorf("event source %+v in namespace %q, want carve-agent on %s in default", ev.Source, ev.Namespace, node)
 		}

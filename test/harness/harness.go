@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/carve-dev/carve/agent"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/test/cluster"
 )
 
@@ -176,11 +177,16 @@ func WaitAllocatable(ctx context.Context, cs kubernetes.Interface, node string, 
 	return last, nil
 }
 
-// OwnedLabels returns the node labels carve-agent owns.
+// OwnedLabels returns the node labels carve-agent owns: its own
+// carve.dev/ keys and those its node record lists as written by it.
 func OwnedLabels(n *corev1.Node) map[string]string {
+	var rec *carvev1.NodeRecord
+	if r, err := RecordOf(n); err == nil {
+		rec = &r
+	}
 	out := map[string]string{}
 	for k, v := range n.Labels {
-		if agent.Owned(k) {
+		if carvev1.Owns(rec, k) {
 			out[k] = v
 		}
 	}
@@ -226,22 +232,22 @@ func WaitNodeEvery(ctx context.Context, cs kubernetes.Interface, node string, ev
 // WaitState waits until the node carries carve.dev/state=state and, when
 // applied is not empty, carve.dev/profile.applied=applied.
 func WaitState(ctx context.Context, cs kubernetes.Interface, node, state, applied string, limit time.Duration) (*corev1.Node, error) {
-	what := agent.LabelState + "=" + state
+	what := carvev1.LabelState + "=" + state
 	if applied != "" {
-		what += ", " + agent.LabelApplied + "=" + applied
+		what += ", " + carvev1.LabelApplied + "=" + applied
 	}
 	return WaitNode(ctx, cs, node, limit, what, func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelState] == state && (applied == "" || n.Labels[agent.LabelApplied] == applied)
+		return n.Labels[carvev1.LabelState] == state && (applied == "" || n.Labels[carvev1.LabelApplied] == applied)
 	})
 }
 
-// PartitionOf decodes the node's carve.dev/partition annotation.
-func PartitionOf(n *corev1.Node) (agent.Partition, error) {
-	s, ok := n.Annotations[agent.AnnotationPartition]
+// RecordOf decodes the node's record, the carve.dev/partition annotation.
+func RecordOf(n *corev1.Node) (carvev1.NodeRecord, error) {
+	s, ok := n.Annotations[carvev1.AnnotationRecord]
 	if !ok {
-		return agent.Partition{}, fmt.Errorf("node %s has no %s annotation", n.Name, agent.AnnotationPartition)
+		return carvev1.NodeRecord{}, fmt.Errorf("node %s has no %s annotation", n.Name, carvev1.AnnotationRecord)
 	}
-	return agent.DecodePartition(s)
+	return carvev1.DecodeNodeRecord(s)
 }
 
 // SetNodeLabels sets labels on a node; an empty value removes the label.
@@ -277,7 +283,7 @@ func ResetNode(ctx context.Context, cs kubernetes.Interface, node string) error 
 		labels[k] = nil
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"labels": labels, "annotations": map[string]any{agent.AnnotationPartition: nil},
+		"labels": labels, "annotations": map[string]any{carvev1.AnnotationRecord: nil},
 	}})
 	if err != nil {
 		return err

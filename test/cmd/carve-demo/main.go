@@ -32,8 +32,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/carve-dev/carve/agent"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
@@ -193,13 +194,13 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}()
 	n, err := harness.WaitNodeEvery(ctx, d.cs, c.NodeName(), 10*time.Millisecond, 2*time.Minute, "state success", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelState] == agent.StateSuccess
+		return n.Labels[carvev1.LabelState] == carvev1.StateSuccess
 	})
 	if err != nil {
 		return d.agentFailed(proc, logPath, err)
 	}
 	d.printf("      ready in %s: profile %s (%s) in force\n", time.Since(started).Round(10*time.Millisecond),
-		n.Labels[agent.LabelApplied], n.Labels[agent.LabelSource])
+		n.Labels[carvev1.LabelApplied], n.Labels[carvev1.LabelSource])
 
 	for i, profile := range o.steps {
 		if err := d.step(ctx, i+1, profile); err != nil {
@@ -242,15 +243,15 @@ func (d *demo) step(ctx context.Context, i int, profile string) error {
 	}
 	d.printf("  kubectl label node %s carve.dev/profile=%s\n", nodeName, profile)
 	n, err := harness.WaitNodeEvery(ctx, d.cs, nodeName, 10*time.Millisecond, 5*time.Minute, "profile "+profile+" in force", func(n *corev1.Node) bool {
-		return n.Labels[agent.LabelApplied] == profile && n.Labels[agent.LabelSource] == "label" &&
-			n.Labels[agent.LabelState] == agent.StateSuccess
+		return n.Labels[carvev1.LabelApplied] == profile && n.Labels[carvev1.LabelSource] == "label" &&
+			n.Labels[carvev1.LabelState] == carvev1.StateSuccess
 	})
 	if err != nil {
 		return err
 	}
 	inForce := time.Since(since)
 	gpuOps := "none needed"
-	if ev, err := harness.WaitEvent(ctx, d.cs, nodeName, agent.ReasonRepartitioned, "profile "+profile+" ", since, 10*time.Second); err == nil {
+	if ev, err := harness.WaitEvent(ctx, d.cs, nodeName, carvev1.ReasonRepartitioned, "profile "+profile+" ", since, 10*time.Second); err == nil {
 		gpuOps = opsSummary(ev.Message)
 	}
 	d.printf("  repartition: in force %s after the label; MIG operations: %s\n", inForce.Round(10*time.Millisecond), gpuOps)
@@ -327,19 +328,19 @@ func (d *demo) expected(profile string) (map[string]int64, []partition.GPU, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	assignments, err := d.file.Resolve(profile, node.ConfigGPUs())
+	want, err := desired.For(d.file, profile, node)
 	if err != nil {
 		return nil, nil, err
 	}
-	res, err := timeslice.Expand(node.GPUs, timeslice.SharingFrom(assignments))
+	res, err := timeslice.Expand(node.GPUs, want.Sharing)
 	if err != nil {
 		return nil, nil, err
 	}
-	want := map[string]int64{}
+	counts := map[string]int64{}
 	for k, v := range res.Counts() {
-		want[k] = int64(v)
+		counts[k] = int64(v)
 	}
-	return want, node.GPUs, nil
+	return counts, node.GPUs, nil
 }
 
 // describe says which GPU or MIG device a UUID is.
@@ -358,8 +359,8 @@ func describe(gpus []partition.GPU, uuid string) string {
 }
 
 // opsSummary shortens the Repartitioned Event's message ("profile p
-// (label) applied in 3ms: 40 ops on GPUs 0, 1") to "40 ops in 3ms on GPUs
-// 0, 1".
+// (label) applied in 3ms: 40 ops on GPUs 0-1") to "40 ops in 3ms on GPUs
+// 0-1".
 func opsSummary(msg string) string {
 	_, rest, ok := strings.Cut(msg, " applied in ")
 	if !ok {

@@ -46,8 +46,8 @@ func TestParseOptions(t *testing.T) {
 }
 
 func TestOpsSummary(t *testing.T) {
-	got := opsSummary("profile balanced (label) applied in 104ms: 80 ops on GPUs 0, 1")
-	if want := "80 ops in 104ms on GPUs 0, 1"; got != want {
+	got := opsSummary("profile balanced (label) applied in 104ms: 80 ops on GPUs 0-1")
+	if want := "80 ops in 104ms on GPUs 0-1"; got != want {
 		t.Errorf("opsSummary = %q, want %q", got, want)
 	}
 	if got := opsSummary("something else"); got != "something else" {
@@ -91,8 +91,8 @@ func TestDemo(t *testing.T) {
 	text := out.String()
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^  1 +full +\S+ +none needed +gpu=8$`),
-		regexp.MustCompile(`(?m)^  2 +balanced +\S+ +80 ops in \S+ on GPUs 0, 1, 2, 3, 4, 5, 6, 7 +mig-1g\.10gb=32 mig-2g\.20gb=8 mig-3g\.40gb=8$`),
-		regexp.MustCompile(`(?m)^  3 +shared-4 +\S+ +80 ops in \S+ on GPUs 0, 1, 2, 3, 4, 5, 6, 7 +gpu=32$`),
+		regexp.MustCompile(`(?m)^  2 +balanced +\S+ +80 ops in \S+ on GPUs 0-7 +mig-1g\.10gb=32 mig-2g\.20gb=8 mig-3g\.40gb=8$`),
+		regexp.MustCompile(`(?m)^  3 +shared-4 +\S+ +80 ops in \S+ on GPUs 0-7 +gpu=32$`),
 		regexp.MustCompile(`demo-balanced-3g-40gb +nvidia\.com/mig-3g\.40gb: 1 +NVIDIA_VISIBLE_DEVICES=MIG-\S+\n += GPU \d, MIG 3g\.40gb at memory slices 4-7`),
 		regexp.MustCompile(`demo-shared-4-gpu +nvidia\.com/gpu: 1 +NVIDIA_VISIBLE_DEVICES=GPU-\S+\n += GPU \d, whole`),
 		regexp.MustCompile(`(?m)^    carve\.dev/profile\.applied=shared-4$`),

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/internal/textfmt"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// advertiseAndRecord advertises the GPUs as they are (less the devices a
+// blocked change will remove), settles the profile realised, and builds
+// the Result: state, labels, node record, Events, evictions.
+func (p *pass) advertiseAndRecord() (Result, error) {
+	res, err := timeslice.Expand(p.node.GPUs, p.sharing)
+	if err != nil {
+		return Result{}, fmt.Errorf("reconcile: resources: %w", err)
+	}
+	res = res.Without(p.hide)
+	if err := p.r.Devices.Update(p.ctx, res); err != nil {
+		p.raise(carvev1.StateFailed)
+		p.err = errors.Join(p.err, fmt.Errorf("advertise devices: %w", err))
+		p.wakeAt(p.in.Now.Add(p.r.retryInterval()))
+		p.event(true, carvev1.ReasonAdvertiseFailed, "advertising devices failed: %s", textfmt.OneLine(err.Error()))
+		p.done = nil
+	}
+	if p.done != nil {
+		p.settle(p.done)
+	}
+	if p.state == "" {
+		p.state = carvev1.StateSuccess
+	}
+	out := Result{
+		State:         p.state,
+		Selection:     p.sel,
+		Events:        p.r.dedupe(p.events),
+		Requeue:       p.requeue,
+		Resources:     res,
+		Err:           p.err,
+		OpsApplied:    p.opsApplied,
+		ApplyDuration: p.applyDuration,
+	}
+	out.Labels, out.Annotation = p.record(res)
+	if p.state == carvev1.StateDraining && p.file.Drain.Policy == configs.DrainEvict {
+		out.Evict = p.inUse.Holding(blockers(p.blocked))
+	}
+	return out, nil
+}
+
+// settle makes done the profile realised, says so when only the sharing
+// changed, and removes the checkpoint.
+func (p *pass) settle(done *appliedState) {
+	prev := p.r.applied
+	changed := prev == nil || prev.hash != done.hash || prev.profile != done.profile || !sameSharing(prev.sharing, done.sharing)
+	if changed && prev != nil && p.state == "" && !p.has(carvev1.ReasonRepartitioned) {
+		p.event(false, carvev1.ReasonSharingChanged, "profile %s (%s) in force; no MIG change needed", done.profile, p.sel.Source)
+	}
+	p.r.applied = done
+	p.clearIntent()
+}
+
+// record returns the labels to write and the node record.
+func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeRecord) {
+	var applied, hash string
+	if a := p.r.applied; a != nil {
+		applied, hash = a.profile, a.hash
+	}
+	labels := Labels(LabelInput{Applied: applied, Source: p.sel.Source, Window: p.sel.Window, State: p.state, GPUs: p.node.GPUs, Resources: res})
+	if p.sel.Source == configs.SourceNone {
+		delete(labels, carvev1.LabelSource)
+	}
+	lastErr := ""
+	if p.err != nil {
+		lastErr = textfmt.OneLine(p.err.Error())
+	}
+	rec := carvev1.NodeRecord{
+		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel), State: p.state, LastError: lastErr,
+		GPUs:   GPURecords(p.node.GPUs, res, p.sharing),
+		Labels: slices.Sorted(maps.Keys(labels)),
+	}
+	return labels, carvev1.Next(p.in.Previous, rec, p.in.Now)
+}
+
+func (p *pass) has(reason string) bool {
+	return slices.ContainsFunc(p.events, func(e Event) bool { return e.Reason == reason })
+}
+
+// sameSharing reports whether two nodes' sharing settings are the same.
+func sameSharing(a, b map[int]timeslice.Sharing) bool {
+	return maps.EqualFunc(a, b, timeslice.Sharing.Equal)
+}

@@ -1,0 +1,239 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/plugin"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// InUseSource says which devices pods hold; *plugin.PodResourcesClient is
+// one.
+type InUseSource interface {
+	InUse(ctx context.Context) (*plugin.InUse, error)
+}
+
+// Advertiser serves devices to the kubelet; *plugin.Manager is one.
+type Advertiser interface {
+	// Update advertises exactly res and ends every withdrawal.
+	Update(ctx context.Context, res timeslice.Resources) error
+	// Withdraw stops advertising devices (device IDs, device UUIDs or GPU
+	// UUIDs) and returns once the kubelet has been sent the reduced lists.
+	Withdraw(ctx context.Context, ids []string) error
+}
+
+var (
+	_ InUseSource = (*plugin.PodResourcesClient)(nil)
+	_ Advertiser  = (*plugin.Manager)(nil)
+)
+
+// Defaults of the Reconciler.
+const (
+	// DefaultDrainRetry is how often a reconcile blocked by devices in use
+	// (or by a GPU reset that processes prevent) is retried.
+	DefaultDrainRetry = 10 * time.Second
+	// DefaultRetryInterval is when a reconcile that failed is retried.
+	DefaultRetryInterval = 30 * time.Second
+)
+
+// Event is a Kubernetes Event the caller should emit on the Node.
+type Event struct {
+	// Warning selects type Warning; else Normal.
+	Warning bool
+	// Reason is one of carvev1's Reason constants.
+	Reason string
+	// Message says what happened.
+	Message string
+}
+
+// Input is what one reconcile works from.
+type Input struct {
+	// Config is the parsed profile file; nil when ConfigErr is set.
+	Config *configs.File
+	// ConfigErr is the parse error of the file (or why it is missing).
+	ConfigErr error
+	// Labels are the node's labels now.
+	Labels map[string]string
+	// Now is the instant the reconcile selects the profile for.
+	Now time.Time
+	// Previous is the node record the node carries, nil when none (or
+	// unreadable).
+	Previous *carvev1.NodeRecord
+}
+
+// Result is what one reconcile did and what the caller should record.
+type Result struct {
+	// State is one of carvev1's State constants.
+	State string
+	// Selection is the profile in force and why (Source configs.SourceNone
+	// when the file was rejected or no profile selects the node).
+	Selection configs.Selection
+	// Labels are the node labels carve writes, all of them (see
+	// MetadataPatch); Annotation.Labels lists their keys.
+	Labels map[string]string
+	// Annotation is the node record to write.
+	Annotation carvev1.NodeRecord
+	// Events are the Events to emit; an Event already emitted by the
+	// previous reconcile is not repeated.
+	Events []Event
+	// Requeue is when to reconcile again at the latest (zero: only on
+	// change of the inputs).
+	Requeue time.Time
+	// Resources are the devices advertised.
+	Resources timeslice.Resources
+	// Evict lists the containers holding devices a change removes, when
+	// the drain policy is evict; the caller evicts their pods.
+	Evict []plugin.Assignment
+	// Err is the problem recorded as the annotation's last error.
+	Err error
+	// OpsApplied counts the NVML ops this reconcile ran.
+	OpsApplied int
+	// ApplyDuration is how long the ops took (zero when none ran).
+	ApplyDuration time.Duration
+}
+
+// Hooks are called by the Reconciler at points of an apply; they are given
+// when it is built. Each may be nil.
+type Hooks struct {
+	// BeforeApply is called before the ops of a reconcile run, with the
+	// profile and the plans about to run, so that the caller can record
+	// the state applying while they do.
+	BeforeApply func(ctx context.Context, profile string, plans []partition.GPUPlan)
+	// AfterOp runs after each op is done and checkpointed; an error stops
+	// the apply as a crash would (a fault-injection hook for tests).
+	AfterOp func(gpu, step int, op partition.Op) error
+}
+
+// Reconciler realises the profile in force on the node's GPUs and
+// advertises the result. It is Kubernetes-free: the caller feeds it the
+// profile file and node labels, and records its Result. One goroutine calls
+// Reconcile at a time.
+type Reconciler struct {
+	// Lib is the NVML (real or simulated), initialised.
+	Lib partition.NVML
+	// InUse says which devices pods hold.
+	InUse InUseSource
+	// Devices advertises devices to the kubelet.
+	Devices Advertiser
+	// Checkpoints keeps the intent of an apply; nil keeps none.
+	Checkpoints *Checkpoints
+	// Logger logs; default slog.Default().
+	Logger *slog.Logger
+	// DrainRetry and RetryInterval default to DefaultDrainRetry and
+	// DefaultRetryInterval.
+	DrainRetry, RetryInterval time.Duration
+	// Clock times applies for Events and metrics; default time.Now.
+	Clock func() time.Time
+	// Hooks are called during applies.
+	Hooks Hooks
+
+	started bool
+	// intent is true while a checkpoint may be on disk: one found at start
+	// or written by an apply, removed once the node is as wanted.
+	intent     bool
+	applied    *appliedState
+	drain      *drainState
+	lastEvents map[string]bool
+}
+
+// appliedState is the profile last realised in full.
+type appliedState struct {
+	profile, hash string
+	sharing       map[int]timeslice.Sharing
+}
+
+// drainState tracks a change blocked by devices in use.
+type drainState struct {
+	target string
+	since  time.Time
+}
+
+// Reconcile does one reconcile pass, step by step: select the profile in
+// force, plan it with the devices in use, order the GPUs' changes (a
+// disruptive one waits for a maintenance window), withdraw the devices that
+// will go and plan again, apply the drain policy to changes that devices in
+// use block, apply the rest with checkpoints, and advertise and record the
+// result.
+//
+// A rejected file, an unknown profile or an unrealisable one never touches
+// the GPUs. The file is rejected only when it is broken for every node
+// (schema, or geometry that fits no known GPU model); a selected profile
+// that does not fit this node's GPUs is unrealisable here (state failed,
+// Event ProfileUnrealisable), and profiles not selected do not matter, so
+// that one file can serve a fleet of mixed nodes. It returns an error, with
+// nothing to record, only when the GPUs cannot be read, the in-use devices
+// cannot be learnt or devices cannot be withdrawn; the caller retries with
+// backoff.
+func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
+	p, err := r.begin(ctx, in)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, step := range []func() (more bool, err error){
+		p.selectProfile, p.plan, p.order, p.withdrawAndReplan, p.drain, p.apply,
+	} {
+		more, err := step()
+		if err != nil {
+			return Result{}, err
+		}
+		if !more {
+			break
+		}
+	}
+	return p.advertiseAndRecord()
+}
+
+func (r *Reconciler) logger() *slog.Logger {
+	if r.Logger == nil {
+		return slog.Default()
+	}
+	return r.Logger
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock()
+}
+
+func (r *Reconciler) drainRetry() time.Duration {
+	if r.DrainRetry <= 0 {
+		return DefaultDrainRetry
+	}
+	return r.DrainRetry
+}
+
+func (r *Reconciler) retryInterval() time.Duration {
+	if r.RetryInterval <= 0 {
+		return DefaultRetryInterval
+	}
+	return r.RetryInterval
+}
+
+func (r *Reconciler) appliedSharing() map[int]timeslice.Sharing {
+	if r.applied == nil {
+		return nil
+	}
+	return r.applied.sharing
+}
+
+// dedupe drops the events the previous reconcile emitted already.
+func (r *Reconciler) dedupe(evs []Event) []Event {
+	seen := make(map[string]bool, len(evs))
+	var out []Event
+	for _, e := range evs {
+		k := e.Reason + "\x00" + e.Message
+		seen[k] = true
+		if !r.lastEvents[k] {
+			out = append(out, e)
+		}
+	}
+	r.lastEvents = seen
+	return out
+}

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"sort"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// SelectedFrom returns the node record's account of a selection, nil when
+// nothing is selected.
+func SelectedFrom(sel configs.Selection) *carvev1.SelectedProfile {
+	if sel.Source == configs.SourceNone || sel.Source == "" || sel.Profile == "" {
+		return nil
+	}
+	return &carvev1.SelectedProfile{Profile: sel.Profile, Source: sel.Source, Window: sel.Window}
+}
+
+// GPURecords describes the GPUs as they are and as advertised.
+func GPURecords(gpus []partition.GPU, res timeslice.Resources, sharing map[int]timeslice.Sharing) []carvev1.GPURecord {
+	replicas := map[string]int{}
+	for _, devs := range res {
+		for _, d := range devs {
+			replicas[d.UUID] = d.Replicas
+		}
+	}
+	out := make([]carvev1.GPURecord, 0, len(gpus))
+	for _, g := range gpus {
+		r := carvev1.GPURecord{Index: g.Index, UUID: g.UUID, Model: g.Model, MIGMode: modeWord(g, g.MIGMode)}
+		if p := modeWord(g, g.PendingMIGMode); p != r.MIGMode {
+			r.PendingMIGMode = p
+		}
+		r.RenameShared = sharing[g.Index].RenameShared
+		r.FailRequestsGreaterThanOne = sharing[g.Index].FailRequestsGreaterThanOne
+		if g.MIGMode != partition.MIGEnabled {
+			r.Replicas = replicas[g.UUID]
+		}
+		for _, in := range g.Instances {
+			u := in.UUID()
+			r.Instances = append(r.Instances, carvev1.InstanceRecord{
+				Profile: in.Profile, Placement: in.Placement, GIID: in.GIID, UUID: u, Replicas: replicas[u],
+			})
+		}
+		sort.SliceStable(r.Instances, func(i, j int) bool { return r.Instances[i].Placement.Start < r.Instances[j].Placement.Start })
+		out = append(out, r)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out
+}
+
+// SharingFromRecords recovers sharing settings from a node record, for an
+// agent that restarts while its profile file is broken and must keep
+// advertising what the node had.
+func SharingFromRecords(gpus []carvev1.GPURecord) map[int]timeslice.Sharing {
+	out := make(map[int]timeslice.Sharing, len(gpus))
+	for _, g := range gpus {
+		s := timeslice.Sharing{Replicas: g.Replicas, RenameShared: g.RenameShared, FailRequestsGreaterThanOne: g.FailRequestsGreaterThanOne}
+		for _, in := range g.Instances {
+			if in.Replicas > 1 {
+				if s.MIGReplicas == nil {
+					s.MIGReplicas = map[string]int{}
+				}
+				s.MIGReplicas[in.Profile] = max(s.MIGReplicas[in.Profile], in.Replicas)
+			}
+		}
+		out[g.Index] = s
+	}
+	return out
+}
+
+func modeWord(g partition.GPU, m partition.MIGMode) string {
+	if !g.MIGCapable {
+		return "unsupported"
+	}
+	return m.String()
+}

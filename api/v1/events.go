@@ -1,0 +1,44 @@
+package v1
+
+// Reasons of the Events carve emits on its Node.
+const (
+	// ReasonConfigRejected (Warning): the profile file is invalid or
+	// missing; the GPUs are left as they are.
+	ReasonConfigRejected = "ConfigRejected"
+	// ReasonUnrealisable (Warning): the selected profile does not fit
+	// this node's GPUs; they are left as they are.
+	ReasonUnrealisable = "ProfileUnrealisable"
+	// ReasonRepartitioned (Normal): an apply finished.
+	ReasonRepartitioned = "Repartitioned"
+	// ReasonSharingChanged (Normal): a new profile or sharing setting is
+	// in force without any MIG change.
+	ReasonSharingChanged = "SharingChanged"
+	// ReasonDraining (Normal): a change waits for devices in use.
+	ReasonDraining = "Draining"
+	// ReasonEvicting (Normal, or Warning when an eviction is refused):
+	// pods holding devices a change removes are being evicted.
+	ReasonEvicting = "Evicting"
+	// ReasonBlocked (Warning): devices in use block a change and the
+	// drain policy is fail.
+	ReasonBlocked = "Blocked"
+	// ReasonDrainTimeout (Warning): devices stayed in use past the drain
+	// timeout; nothing was killed.
+	ReasonDrainTimeout = "DrainTimeout"
+	// ReasonPending (Normal): a disruptive change waits for a maintenance
+	// window.
+	ReasonPending = "WaitingForMaintenance"
+	// ReasonRebootRequired (Warning): a MIG mode change needs a GPU reset
+	// that cannot happen now.
+	ReasonRebootRequired = "RebootRequired"
+	// ReasonApplyFailed (Warning): an NVML operation failed.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonAdvertiseFailed (Warning): the device-plugin servers could not
+	// be updated.
+	ReasonAdvertiseFailed = "AdvertiseFailed"
+	// ReasonResumingApply (Normal): the agent found the checkpoint of an
+	// apply a previous run left unfinished.
+	ReasonResumingApply = "ResumingApply"
+	// ReasonCheckpointFailed (Warning): the checkpoint could not be
+	// removed after an apply.
+	ReasonCheckpointFailed = "CheckpointFailed"
+)

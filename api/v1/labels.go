@@ -1,0 +1,96 @@
+package v1
+
+import "strings"
+
+// Node labels carve writes. The carve.dev/* keys are carve's own; the
+// nvidia.com/* keys are the ones GPU feature discovery writes, with the
+// same meaning, so that workloads and dashboards built on them keep
+// working. carve removes a label only when its node record says carve
+// wrote it (NodeRecord.Labels).
+const (
+	// LabelProfile is the label an operator sets to pin a node to a
+	// profile; carve reads it and never writes it.
+	LabelProfile = "carve.dev/profile"
+
+	// LabelApplied is the profile realised on the node.
+	LabelApplied = "carve.dev/profile.applied"
+	// LabelSource is why the selected profile is in force: one of the
+	// Source values of configs (window, label, rule, default).
+	LabelSource = "carve.dev/profile.source"
+	// LabelWindow is the active scheduled window's name.
+	LabelWindow = "carve.dev/window"
+	// LabelState is the node's state, one of the State values.
+	LabelState = "carve.dev/state"
+
+	// LabelGPUCount is the number of GPUs.
+	LabelGPUCount = "nvidia.com/gpu.count"
+	// LabelGPUProduct is the product name of the first GPU, as a label
+	// value (see LabelValue).
+	LabelGPUProduct = "nvidia.com/gpu.product"
+	// LabelGPUMemory is the memory of the first GPU in MiB.
+	LabelGPUMemory = "nvidia.com/gpu.memory"
+	// LabelGPUReplicas is the most replicas of a whole GPU (1 unshared).
+	LabelGPUReplicas = "nvidia.com/gpu.replicas"
+	// LabelSharingStrategy is SharingNone or SharingTimeSlicing.
+	LabelSharingStrategy = "nvidia.com/gpu.sharing-strategy"
+	// LabelMIGCapable is "true" when a GPU of the node can run MIG.
+	LabelMIGCapable = "nvidia.com/mig.capable"
+	// LabelMIGStrategy is always MIGStrategyMixed: each MIG profile is its
+	// own resource.
+	LabelMIGStrategy = "nvidia.com/mig.strategy"
+)
+
+// Suffixes of the per-MIG-profile labels (MIGLabelKey).
+const (
+	// MIGLabelCount counts the MIG devices of the profile.
+	MIGLabelCount = ".count"
+	// MIGLabelReplicas is the most replicas of one of its devices.
+	MIGLabelReplicas = ".replicas"
+	// MIGLabelMemory is the memory of one of its devices in MiB.
+	MIGLabelMemory = ".memory"
+)
+
+// Values of LabelSharingStrategy and LabelMIGStrategy.
+const (
+	SharingNone        = "none"
+	SharingTimeSlicing = "time-slicing"
+	MIGStrategyMixed   = "mixed"
+)
+
+// CarvePrefix starts every key in carve's own domain.
+const CarvePrefix = "carve.dev/"
+
+// AnnotationRecord is the node annotation that holds the NodeRecord.
+const AnnotationRecord = "carve.dev/partition"
+
+// MIGLabelKey returns the key of a per-MIG-profile label:
+// nvidia.com/mig-<profile>.count for MIGLabelCount, with "+" in the
+// profile name written "." as in resource names (MIGName).
+func MIGLabelKey(profile, suffix string) string {
+	return vendorPrefix + MIGName(profile) + suffix
+}
+
+// LabelValue turns s into a valid label value the way GPU feature
+// discovery does with product names: spaces become '-', characters a label
+// value may not hold are dropped, the result is cut to 63 characters and
+// trimmed so that it starts and ends with a letter or digit.
+func LabelValue(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		switch {
+		case c == ' ':
+			b.WriteByte('-')
+		case isAlnum(c), c == '-', c == '_', c == '.':
+			b.WriteRune(c)
+		}
+	}
+	v := b.String()
+	if len(v) > 63 {
+		v = v[:63]
+	}
+	return strings.TrimFunc(v, func(c rune) bool { return !isAlnum(c) })
+}
+
+func isAlnum(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}

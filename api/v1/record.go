@@ -1,0 +1,167 @@
+package v1
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/carve-dev/carve/partition"
+)
+
+// NodeRecord is what carve records of a node in the AnnotationRecord
+// annotation: the profile realised, the one selected, the state, the last
+// error, the GPUs with their MIG instances and replicas, and the label keys
+// carve wrote. Its JSON encoding (Encode) is stable: the same content gives
+// the same bytes.
+type NodeRecord struct {
+	// Profile is the profile realised, "" when none is.
+	Profile string `json:"profile"`
+	// ProfileHash is a hash of Profile's definition (configs.File's
+	// ProfileHash): it changes when the profile is edited.
+	ProfileHash string `json:"profileHash"`
+	// Selected is the profile in force for the node and why: the profile
+	// the agent is reaching for, which differs from Profile while a change
+	// is pending, draining or failed. Nil when nothing is selected (no
+	// profile applies to the node, or the file was rejected).
+	Selected *SelectedProfile `json:"selected,omitempty"`
+	// State is the node's state, as in LabelState.
+	State string `json:"state"`
+	// Generation counts the changes of the content (everything but
+	// Generation and LastTransition); it starts at 1.
+	Generation int64 `json:"generation"`
+	// LastTransition is when the content last changed, RFC 3339 in UTC.
+	LastTransition string `json:"lastTransition"`
+	// LastError is the error of the last reconcile, "" when it succeeded.
+	LastError string `json:"lastError,omitempty"`
+	// GPUs are the node's GPUs, by index.
+	GPUs []GPURecord `json:"gpus"`
+	// Labels are the keys of the node labels carve wrote, sorted. carve
+	// removes a label outside its own carve.dev/ domain only when it is
+	// listed here, so that labels another component wrote (GPU feature
+	// discovery's nvidia.com/* keys) are never touched.
+	Labels []string `json:"labels,omitempty"`
+}
+
+// SelectedProfile is the profile selected for the node and why.
+type SelectedProfile struct {
+	// Profile is the selected profile.
+	Profile string `json:"profile"`
+	// Source is why it is in force: window, label, rule or default.
+	Source string `json:"source"`
+	// Window is the active window's name when Source is window.
+	Window string `json:"window,omitempty"`
+}
+
+// GPURecord is one GPU in the NodeRecord.
+type GPURecord struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	Model string `json:"model"`
+	// MIGMode is enabled, disabled or unsupported; PendingMIGMode is
+	// omitted unless it differs.
+	MIGMode        string `json:"migMode"`
+	PendingMIGMode string `json:"pendingMIGMode,omitempty"`
+	// Replicas is how many times the whole GPU is advertised (0 in MIG
+	// mode, where the instances are advertised instead).
+	Replicas int `json:"replicas,omitempty"`
+	// RenameShared: shared devices are advertised as <resource>.shared.
+	RenameShared bool `json:"renameShared,omitempty"`
+	// FailRequestsGreaterThanOne: requests for more than one replica are
+	// refused.
+	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
+	// Instances are the MIG instances, by placement.
+	Instances []InstanceRecord `json:"instances,omitempty"`
+}
+
+// InstanceRecord is one MIG instance in the NodeRecord.
+type InstanceRecord struct {
+	Profile   string              `json:"profile"`
+	Placement partition.Placement `json:"placement"`
+	GIID      int                 `json:"giID"`
+	// UUID is the MIG device UUID, "" for an incomplete instance.
+	UUID string `json:"uuid,omitempty"`
+	// Replicas is how many times the device is advertised (0 when it is
+	// not advertised).
+	Replicas int `json:"replicas,omitempty"`
+}
+
+// Encode returns the annotation value: compact JSON, fields in a fixed
+// order, lists in index, placement and key order.
+func (r NodeRecord) Encode() (string, error) {
+	if r.GPUs == nil {
+		r.GPUs = []GPURecord{}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", fmt.Errorf("encode %s annotation: %w", AnnotationRecord, err)
+	}
+	return string(b), nil
+}
+
+// DecodeNodeRecord parses an annotation value written by Encode.
+func DecodeNodeRecord(s string) (NodeRecord, error) {
+	var r NodeRecord
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return NodeRecord{}, fmt.Errorf("decode %s annotation: %w", AnnotationRecord, err)
+	}
+	return r, nil
+}
+
+// SameContent reports whether two records say the same, Generation and
+// LastTransition aside.
+func (r NodeRecord) SameContent(o NodeRecord) bool {
+	r.Generation, o.Generation = 0, 0
+	r.LastTransition, o.LastTransition = "", ""
+	a, err1 := r.Encode()
+	b, err2 := o.Encode()
+	return err1 == nil && err2 == nil && a == b
+}
+
+// Next returns the record to write when the content is next and the node
+// carries prev (nil when it carries none): prev itself, unchanged, when the
+// content is the same; else next with the generation one more than prev's
+// and LastTransition set to now.
+func Next(prev *NodeRecord, next NodeRecord, now time.Time) NodeRecord {
+	if prev != nil && prev.SameContent(next) {
+		return *prev
+	}
+	next.Generation = 1
+	if prev != nil {
+		next.Generation = prev.Generation + 1
+	}
+	next.LastTransition = now.UTC().Format(time.RFC3339)
+	return next
+}
+
+// Wrote reports whether the record lists key among the labels carve
+// wrote.
+func (r NodeRecord) Wrote(key string) bool {
+	_, found := slices.BinarySearch(r.Labels, key)
+	return found
+}
+
+// Owns reports whether carve owns the label key of a node whose record is
+// rec (nil when the node carries none): one of carve's own carve.dev/
+// labels (LabelApplied, LabelSource, LabelWindow, LabelState), or a key the
+// record lists as written by carve. carve removes owned labels only, so a
+// label another component wrote, GPU feature discovery's nvidia.com/* keys
+// among them, is never removed.
+func Owns(rec *NodeRecord, key string) bool {
+	switch key {
+	case LabelApplied, LabelSource, LabelWindow, LabelState:
+		return true
+	}
+	return rec != nil && rec.Wrote(key)
+}
+
+// MayWrite reports whether carve may write the label key at all: a key in
+// its carve.dev/ domain other than LabelProfile, which an operator sets,
+// or a GPU key in the nvidia.com/ domain.
+func MayWrite(key string) bool {
+	if key == LabelProfile {
+		return false
+	}
+	return strings.HasPrefix(key, CarvePrefix) || strings.HasPrefix(key, vendorPrefix)
+}

@@ -1,0 +1,39 @@
+package v1
+
+// States of a node: the values of LabelState and NodeRecord.State.
+const (
+	// StateSuccess: the profile in force is realised and advertised.
+	StateSuccess = "success"
+	// StatePending: a disruptive change waits for a maintenance window.
+	StatePending = "pending"
+	// StateDraining: devices that a change removes are in use; they are
+	// no longer advertised, and the change waits for them (or evicts).
+	StateDraining = "draining"
+	// StateApplying: NVML operations are running.
+	StateApplying = "applying"
+	// StateFailed: the profile file was rejected, the profile cannot be
+	// realised, an apply failed or a drain timed out (LastError says).
+	StateFailed = "failed"
+	// StateRebootRequired: a GPU must be reset to change its MIG mode and
+	// cannot be now.
+	StateRebootRequired = "reboot-required"
+)
+
+// StateRank orders the states by how much attention they need, so that
+// the worst of several findings is the node's state: reboot-required >
+// failed > draining > pending > applying > success (and unknown values).
+func StateRank(s string) int {
+	switch s {
+	case StateRebootRequired:
+		return 5
+	case StateFailed:
+		return 4
+	case StateDraining:
+		return 3
+	case StatePending:
+		return 2
+	case StateApplying:
+		return 1
+	}
+	return 0
+}

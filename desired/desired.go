@@ -1,0 +1,101 @@
+package desired
+
+import (
+	"fmt"
+
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// The partition package's geometry answers configs' questions.
+var _ configs.Geometry = (*partition.Geometry)(nil)
+
+// State is what a node's GPUs should be under one profile.
+type State struct {
+	// Profile is the profile's name.
+	Profile string
+	// Hash is the profile's configs.File.ProfileHash: it changes when the
+	// profile is edited.
+	Hash string
+	// Targets are the MIG targets by GPU index.
+	Targets map[int]partition.Target
+	// Sharing are the time-slicing settings by GPU index.
+	Sharing map[int]timeslice.Sharing
+}
+
+// CheckFile checks a whole profile file as it must hold on every node of a
+// fleet: against the catalogue and this node's models, without this node's
+// GPUs, since the file may hold profiles meant for other nodes. A file
+// that fails is broken for every node and must not touch any GPU.
+func CheckFile(f *configs.File, node partition.Node) error {
+	return f.Validate(node.FleetGeometry(), nil)
+}
+
+// For checks the profile on the node's GPUs and resolves it. An error
+// means the profile cannot be realised on this node (it names why); the
+// GPUs must then be left as they are.
+func For(f *configs.File, profile string, node partition.Node) (State, error) {
+	gpus := ConfigGPUs(node)
+	if err := f.ValidateProfile(profile, node.Geometry(), gpus); err != nil {
+		return State{}, err
+	}
+	assignments, err := f.Resolve(profile, gpus)
+	if err != nil {
+		return State{}, err
+	}
+	return State{
+		Profile: profile,
+		Hash:    f.ProfileHash(profile),
+		Targets: Targets(assignments),
+		Sharing: SharingFrom(assignments),
+	}, nil
+}
+
+// Plan plans the node's GPUs to the state; devices in inUse (MIG device
+// UUIDs) are never destroyed (see partition.PlanNode).
+func (s State) Plan(node partition.Node, inUse map[string]bool) (partition.NodePlan, error) {
+	return partition.PlanNode(node.GPUs, node.Models, s.Targets, inUse)
+}
+
+// Resources returns the devices the node would advertise once the plan has
+// run (a blocked GPU counted as it is now).
+func (s State) Resources(node partition.Node, plan partition.NodePlan) (timeslice.Resources, error) {
+	res, err := timeslice.Expand(node.Predict(plan), s.Sharing)
+	if err != nil {
+		return nil, fmt.Errorf("resources of profile %s: %w", s.Profile, err)
+	}
+	return res, nil
+}
+
+// ConfigGPUs describes the node's GPUs as profile validation and
+// resolution see them: a MIG-capable GPU of a known model by its model key.
+func ConfigGPUs(n partition.Node) []configs.GPU {
+	out := make([]configs.GPU, len(n.GPUs))
+	for i, g := range n.GPUs {
+		out[i] = configs.GPU{Index: g.Index, Model: g.Model, Product: g.Product, MIGCapable: g.MIGCapable}
+		if m, ok := n.Models[g.Index]; ok {
+			out[i].Model = m.Key
+		}
+	}
+	return out
+}
+
+// Targets turns a resolved profile into planner targets by GPU index.
+func Targets(as []configs.Assignment) map[int]partition.Target {
+	t := make(map[int]partition.Target, len(as))
+	for _, a := range as {
+		t[a.GPU] = partition.Target{MIG: a.MIG}
+	}
+	return t
+}
+
+// SharingFrom turns a resolved profile into sharing settings by GPU index.
+func SharingFrom(as []configs.Assignment) map[int]timeslice.Sharing {
+	out := make(map[int]timeslice.Sharing, len(as))
+	for _, a := range as {
+		out[a.GPU] = timeslice.Sharing{Replicas: a.Replicas, MIGReplicas: a.MIGReplicas, RenameShared: a.RenameShared,
+			FailRequestsGreaterThanOne: a.FailRequestsGreaterThanOne}
+	}
+	return out
+}

@@ -1,0 +1,103 @@
+package desired
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+func wholeGPU(i int, uuid string) partition.GPU {
+	return partition.GPU{Index: i, UUID: uuid, Product: "NVIDIA L4", MemoryMiB: 23034}
+}
+
+// TestFailRequestsFromProfile follows timeSlicing.failRequestsGreaterThanOne
+// from a resolved profile to the advertised replicas (not to unshared
+// devices), so the plugin can honour it.
+func TestFailRequestsFromProfile(t *testing.T) {
+	as := []configs.Assignment{
+		{GPU: 0, Entry: 0, Replicas: 2, FailRequestsGreaterThanOne: true},
+		{GPU: 1, Entry: 0, Replicas: 1, FailRequestsGreaterThanOne: true},
+		{GPU: 2, Entry: 1, Replicas: 2},
+	}
+	res, err := timeslice.Expand([]partition.GPU{wholeGPU(0, "GPU-a"), wholeGPU(1, "GPU-b"), wholeGPU(2, "GPU-c")}, SharingFrom(as))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range res[carvev1.GPUResource] {
+		want := d.GPU == 0
+		if d.FailRequestsGreaterThanOne != want {
+			t.Errorf("%s: FailRequestsGreaterThanOne = %v, want %v", d.ID, d.FailRequestsGreaterThanOne, want)
+		}
+	}
+}
+
+const profiles = `version: v1
+defaultProfile: full
+profiles:
+  full:
+    - gpus: all
+  mixed:
+    - gpus: [0]
+      mig: {3g.40gb: 2}
+      timeSlicing: {replicas: {3g.40gb: 2}}
+    - gpus: [1]
+      timeSlicing: {replicas: 4}
+  a100:
+    - gpus: all
+      model: A100-40GB
+      mig: {1g.5gb: 7}
+`
+
+func TestForPlanResources(t *testing.T) {
+	m, err := sim.New("h100-80gb*2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Init(); err != nil {
+		t.Fatal(err)
+	}
+	node, err := partition.ReadNode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Parse([]byte(profiles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckFile(f, node); err != nil {
+		t.Fatalf("CheckFile: %v", err)
+	}
+	if _, err := For(f, "a100", node); err != nil {
+		t.Fatalf("an A100-only profile on an H100 node selects no GPU, so it is realisable: %v", err)
+	}
+	if _, err := For(f, "nope", node); err == nil {
+		t.Fatal("an unknown profile resolved")
+	}
+	want, err := For(f, "mixed", node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Hash != f.ProfileHash("mixed") || want.Profile != "mixed" {
+		t.Errorf("state names %s/%s, want mixed/%s", want.Profile, want.Hash, f.ProfileHash("mixed"))
+	}
+	if diff := cmp.Diff(map[int]partition.Target{0: {MIG: map[string]int{"3g.40gb": 2}}, 1: {}}, want.Targets); diff != "" {
+		t.Errorf("targets (-want +got):\n%s", diff)
+	}
+	plan, err := want.Plan(node, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := want.Resources(node, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{"nvidia.com/mig-3g.40gb": 4, "nvidia.com/gpu": 4}, res.Counts()); diff != "" {
+		t.Errorf("resources once planned (-want +got):\n%s", diff)
+	}
+}

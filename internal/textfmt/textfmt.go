@@ -1,0 +1,57 @@
+// Package textfmt writes the small pieces of text that carve's messages
+// share, so that every message says them the same way: lists of GPU
+// indices, and errors kept on one line.
+package textfmt
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Indices writes indices sorted, each once, with runs as ranges: "0-3, 6".
+func Indices(idx []int) string {
+	s := slices.Clone(idx)
+	slices.Sort(s)
+	s = slices.Compact(s)
+	var parts []string
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] == s[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", s[i], s[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(s[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+// GPUs names GPUs by index for a message: "GPU 3", "GPUs 0-3, 6", or
+// "no GPUs".
+func GPUs(idx []int) string {
+	switch len(slices.Compact(slices.Sorted(slices.Values(idx)))) {
+	case 0:
+		return "no GPUs"
+	case 1:
+		return "GPU " + strconv.Itoa(idx[0])
+	}
+	return "GPUs " + Indices(idx)
+}
+
+// OneLine keeps a message on one line: its lines, trimmed and without the
+// empty ones, joined with "; ", and every run of white space made one
+// space.
+func OneLine(s string) string {
+	var parts []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
