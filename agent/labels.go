@@ -3,7 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -31,42 +31,54 @@ type LabelInput struct {
 // Labels returns the labels carve writes on the node, all of them; keys
 // with nothing to say are left out (the patch removes them).
 func Labels(in LabelInput) map[string]string {
-	out := map[string]string{}
-	set := func(k, v string) {
-		if v = carvev1.LabelValue(v); v != "" {
-			out[k] = v
-		}
-	}
-	set(carvev1.LabelApplied, in.Applied)
-	set(carvev1.LabelSource, in.Source)
-	set(carvev1.LabelWindow, in.Window)
-	set(carvev1.LabelState, in.State)
+	out := labelSet{}
+	out.set(carvev1.LabelApplied, in.Applied)
+	out.set(carvev1.LabelSource, in.Source)
+	out.set(carvev1.LabelWindow, in.Window)
+	out.set(carvev1.LabelState, in.State)
 	if len(in.GPUs) == 0 {
 		return out
 	}
-	gpus := append([]partition.GPU(nil), in.GPUs...)
-	sort.SliceStable(gpus, func(i, j int) bool { return gpus[i].Index < gpus[j].Index })
-	set(carvev1.LabelGPUCount, strconv.Itoa(len(gpus)))
-	set(carvev1.LabelGPUProduct, gpus[0].Product)
-	set(carvev1.LabelGPUMemory, strconv.FormatUint(gpus[0].MemoryMiB, 10))
-	capable := false
-	for _, g := range gpus {
-		capable = capable || g.MIGCapable
-	}
-	set(carvev1.LabelMIGCapable, strconv.FormatBool(capable))
-	set(carvev1.LabelMIGStrategy, carvev1.MIGStrategyMixed)
+	out.gpus(in.GPUs)
+	out.sharing(in.Resources)
+	return out
+}
 
-	gpuReplicas, shared := 1, false
-	type migInfo struct {
-		count, replicas int
-		memMiB          uint64
+// labelSet collects labels; a value with nothing to say is left out.
+type labelSet map[string]string
+
+func (l labelSet) set(k, v string) {
+	if v = carvev1.LabelValue(v); v != "" {
+		l[k] = v
 	}
+}
+
+// gpus sets the labels that describe the GPUs: their count, and the
+// product and memory of the first.
+func (l labelSet) gpus(gpus []partition.GPU) {
+	first := slices.MinFunc(gpus, func(a, b partition.GPU) int { return a.Index - b.Index })
+	l.set(carvev1.LabelGPUCount, strconv.Itoa(len(gpus)))
+	l.set(carvev1.LabelGPUProduct, first.Product)
+	l.set(carvev1.LabelGPUMemory, strconv.FormatUint(first.MemoryMiB, 10))
+	capable := slices.ContainsFunc(gpus, func(g partition.GPU) bool { return g.MIGCapable })
+	l.set(carvev1.LabelMIGCapable, strconv.FormatBool(capable))
+	l.set(carvev1.LabelMIGStrategy, carvev1.MIGStrategyMixed)
+}
+
+// migInfo is what the per-MIG-profile labels say of one profile.
+type migInfo struct {
+	count, replicas int
+	memMiB          uint64
+}
+
+// sharing sets the labels that describe the advertised devices: replicas
+// of whole GPUs, the sharing strategy, and per MIG profile its devices.
+func (l labelSet) sharing(res timeslice.Resources) {
+	gpuReplicas, shared := 1, false
 	migs := map[string]*migInfo{}
-	for _, devs := range in.Resources {
+	for _, devs := range res {
 		for _, d := range devs {
-			if d.Replicas > 1 {
-				shared = true
-			}
+			shared = shared || d.Replicas > 1
 			if d.MIGProfile == "" {
 				gpuReplicas = max(gpuReplicas, d.Replicas)
 				continue
@@ -83,18 +95,17 @@ func Labels(in LabelInput) map[string]string {
 			mi.memMiB = max(mi.memMiB, d.MemoryMiB)
 		}
 	}
-	set(carvev1.LabelGPUReplicas, strconv.Itoa(gpuReplicas))
+	l.set(carvev1.LabelGPUReplicas, strconv.Itoa(gpuReplicas))
 	strategy := carvev1.SharingNone
 	if shared {
 		strategy = carvev1.SharingTimeSlicing
 	}
-	set(carvev1.LabelSharingStrategy, strategy)
+	l.set(carvev1.LabelSharingStrategy, strategy)
 	for profile, mi := range migs {
-		set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelCount), strconv.Itoa(mi.count))
-		set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelReplicas), strconv.Itoa(mi.replicas))
-		set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelMemory), strconv.FormatUint(mi.memMiB, 10))
+		l.set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelCount), strconv.Itoa(mi.count))
+		l.set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelReplicas), strconv.Itoa(mi.replicas))
+		l.set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelMemory), strconv.FormatUint(mi.memMiB, 10))
 	}
-	return out
 }
 
 // MetadataPatch returns a JSON merge patch for a Node's metadata that sets

@@ -1,10 +1,10 @@
 package configs
 
 import (
-	"reflect"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/robfig/cron/v3"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -60,8 +60,11 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		again, err := Parse(data)
-		if err != nil || !equalFiles(file, again) {
-			t.Fatalf("second Parse differs: %v", err)
+		if err != nil {
+			t.Fatalf("second Parse failed: %v", err)
+		}
+		if diff := cmp.Diff(file, again, ignoreSchedule); diff != "" {
+			t.Fatalf("second Parse differs (-first +second):\n%s", diff)
 		}
 		for _, gpus := range [][]GPU{nil, node} {
 			e1, e2 := file.Validate(g, gpus), again.Validate(g, gpus)
@@ -86,23 +89,6 @@ func FuzzParse(f *testing.F) {
 		}
 		file.InMaintenance(now)
 	})
-}
-
-// equalFiles compares two parsed files, compiled schedules aside.
-func equalFiles(a, b *File) bool {
-	strip := func(f *File) File {
-		c := *f
-		c.Windows = append([]Window(nil), f.Windows...)
-		for i := range c.Windows {
-			c.Windows[i].sched = nil
-		}
-		c.Maintenance = append([]Recurrence(nil), f.Maintenance...)
-		for i := range c.Maintenance {
-			c.Maintenance[i].sched = nil
-		}
-		return c
-	}
-	return reflect.DeepEqual(strip(a), strip(b))
 }
 
 // fuzzSelectFile has windows in zones with and without clock changes, that
@@ -206,8 +192,8 @@ func FuzzSelect(f *testing.F) {
 			t.Fatalf("NextChange(%s) = %s, not after now", now, next)
 		}
 		before, errBefore := file.Select(labels, next.Add(-time.Nanosecond))
-		if before != s || (err == nil) != (errBefore == nil) {
-			t.Fatalf("Select at %s = %+v (%v), at NextChange-1ns (%s) = %+v (%v)", now, s, err, next, before, errBefore)
+		if diff := cmp.Diff(s, before); diff != "" || (err == nil) != (errBefore == nil) {
+			t.Fatalf("Select at %s (error %v) and at NextChange-1ns %s (error %v) differ (-now +before):\n%s", now, err, next, errBefore, diff)
 		}
 	})
 }

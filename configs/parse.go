@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"sigs.k8s.io/yaml"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -733,61 +735,29 @@ func checkName(s string) string {
 	return checkLabelValue(s)
 }
 
-// checkLabelValue checks a Kubernetes label value.
+// checkLabelValue checks a Kubernetes label value by apimachinery's rules:
+// "" when it is fine, else why not in a few words.
 func checkLabelValue(s string) string {
-	if len(s) > 63 {
-		return "longer than 63 characters"
+	switch {
+	case len(validation.IsValidLabelValue(s)) == 0:
+		return ""
+	case len(s) > validation.LabelValueMaxLength:
+		return fmt.Sprintf("longer than %d characters", validation.LabelValueMaxLength)
 	}
-	if s != "" && !isLabelName(s) {
-		return "must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
-	}
-	return ""
+	return "must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
 }
 
-// checkLabelKey checks a Kubernetes label key: [prefix/]name.
+// checkLabelKey checks a Kubernetes label key ([prefix/]name) by
+// apimachinery's rules: "" when it is fine, else which part is wrong.
 func checkLabelKey(k string) string {
+	if len(validation.IsQualifiedName(k)) == 0 {
+		return ""
+	}
 	prefix, name, hasPrefix := strings.Cut(k, "/")
 	if !hasPrefix {
-		name, prefix = prefix, ""
+		name = prefix
+	} else if len(validation.IsDNS1123Subdomain(prefix)) > 0 {
+		return fmt.Sprintf("prefix %q must be a lower-case DNS subdomain", prefix)
 	}
-	if hasPrefix {
-		if prefix == "" || len(prefix) > 253 || !isDNSSubdomain(prefix) {
-			return fmt.Sprintf("prefix %q must be a lower-case DNS subdomain", prefix)
-		}
-	}
-	if name == "" || len(name) > 63 || !isLabelName(name) {
-		return fmt.Sprintf("name %q must be 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", name)
-	}
-	return ""
-}
-
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-}
-
-func isLabelName(s string) bool {
-	if s == "" || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isAlnum(c) && c != '-' && c != '_' && c != '.' {
-			return false
-		}
-	}
-	return true
-}
-
-func isDNSSubdomain(s string) bool {
-	for _, part := range strings.Split(s, ".") {
-		if part == "" || len(part) > 63 || part[0] == '-' || part[len(part)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(part); i++ {
-			c := part[i]
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
+	return fmt.Sprintf("name %q must be 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", name)
 }

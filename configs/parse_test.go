@@ -3,13 +3,15 @@ package configs
 import (
 	"errors"
 	"os"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-// specExample is the profile file of shared/spec.md.
+// specExample is a profile file using every field of the format (docs/profiles.md).
 const specExample = `
 version: v1
 defaultProfile: full
@@ -48,6 +50,10 @@ drain:
   timeout: 30m
 `
 
+// ignoreSchedule leaves the compiled schedule of a Recurrence (and so of a
+// Window) out of cmp comparisons; tests that care check it apart.
+var ignoreSchedule = cmpopts.IgnoreUnexported(Recurrence{})
+
 func mustParse(t testing.TB, src string) *File {
 	t.Helper()
 	f, err := Parse([]byte(src))
@@ -59,48 +65,42 @@ func mustParse(t testing.TB, src string) *File {
 
 func TestParseSpecExample(t *testing.T) {
 	f := mustParse(t, specExample)
-	if f.Version != "v1" || f.DefaultProfile != "full" {
-		t.Errorf("version %q default %q", f.Version, f.DefaultProfile)
-	}
-	if got := sortedKeys(f.Profiles); !reflect.DeepEqual(got, []string{"balanced", "full", "shared-4", "split"}) {
-		t.Errorf("profiles %v", got)
-	}
-	bal := f.Profiles["balanced"][0]
-	wantBal := Entry{
-		GPUs:  GPUSelector{All: true},
-		Model: "H100-80GB",
-		MIG:   map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
-		TimeSlicing: &TimeSlicing{
-			Replicas: Replicas{PerProfile: map[string]int{"1g.10gb": 2}},
+	want := &File{
+		Version:        "v1",
+		DefaultProfile: "full",
+		Profiles: map[string]Profile{
+			"full":     {{GPUs: GPUSelector{All: true}}},
+			"shared-4": {{GPUs: GPUSelector{All: true}, TimeSlicing: &TimeSlicing{Replicas: Replicas{Count: 4}}}},
+			"balanced": {{
+				GPUs:  GPUSelector{All: true},
+				Model: "H100-80GB",
+				MIG:   map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
+				TimeSlicing: &TimeSlicing{
+					Replicas: Replicas{PerProfile: map[string]int{"1g.10gb": 2}},
+				},
+			}},
+			"split": {
+				{GPUs: GPUSelector{Indices: []int{0, 1, 2, 3}}, MIG: map[string]int{"1g.10gb": 7}},
+				{GPUs: GPUSelector{Indices: []int{4, 5, 6, 7}}, TimeSlicing: &TimeSlicing{Replicas: Replicas{Count: 2}, RenameShared: true}},
+			},
 		},
+		Rules: []Rule{{NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, Profile: "balanced"}},
+		Windows: []Window{{
+			Name:         "nightly-training",
+			Recurrence:   Recurrence{Schedule: "0 20 * * 1-5", Duration: 10 * time.Hour, TimeZone: "Europe/Berlin"},
+			NodeSelector: map[string]string{"pool": "inference"},
+			Profile:      "full",
+		}},
+		Maintenance: []Recurrence{{Schedule: "0 2 * * *", Duration: 2 * time.Hour, TimeZone: "UTC"}},
+		Drain:       Drain{Policy: DrainWait, Timeout: 30 * time.Minute},
 	}
-	if !reflect.DeepEqual(bal, wantBal) {
-		t.Errorf("balanced[0] = %+v, want %+v", bal, wantBal)
+	if diff := cmp.Diff(want, f, ignoreSchedule); diff != "" {
+		t.Errorf("Parse(spec example) mismatch (-want +got):\n%s", diff)
 	}
-	split := f.Profiles["split"]
-	if !reflect.DeepEqual(split[0].GPUs.Indices, []int{0, 1, 2, 3}) || split[0].MIG["1g.10gb"] != 7 {
-		t.Errorf("split[0] = %+v", split[0])
-	}
-	if ts := split[1].TimeSlicing; ts == nil || ts.Replicas.Count != 2 || !ts.RenameShared || split[1].MIG != nil {
-		t.Errorf("split[1] = %+v", split[1])
-	}
-	if f.Profiles["shared-4"][0].TimeSlicing.Replicas.Count != 4 {
-		t.Errorf("shared-4 = %+v", f.Profiles["shared-4"])
-	}
-	if len(f.Rules) != 1 || f.Rules[0].NodeSelector["nvidia.com/gpu.product"] != "NVIDIA-H100-80GB-HBM3" || f.Rules[0].Profile != "balanced" {
-		t.Errorf("rules %+v", f.Rules)
-	}
-	w := f.Windows[0]
-	if w.Name != "nightly-training" || w.Schedule != "0 20 * * 1-5" || w.Duration != 10*time.Hour ||
-		w.TimeZone != "Europe/Berlin" || w.NodeSelector["pool"] != "inference" || w.Profile != "full" || w.sched == nil {
-		t.Errorf("window %+v", w)
-	}
-	m := f.Maintenance[0]
-	if m.Schedule != "0 2 * * *" || m.Duration != 2*time.Hour || m.TimeZone != "UTC" {
-		t.Errorf("maintenance %+v", m)
-	}
-	if f.Drain != (Drain{Policy: DrainWait, Timeout: 30 * time.Minute}) {
-		t.Errorf("drain %+v", f.Drain)
+	for _, w := range f.Windows {
+		if w.sched == nil {
+			t.Errorf("window %s: schedule not compiled", w.Name)
+		}
 	}
 }
 
@@ -126,8 +126,8 @@ func TestParseExampleFile(t *testing.T) {
 	if m := mustParse(t, uncommentBlock(t, string(data), "# maintenance:")); len(m.Maintenance) != 2 {
 		t.Errorf("the commented maintenance block gives %d windows, want 2", len(m.Maintenance))
 	}
-	if f.Drain.Timeout != 20*time.Minute {
-		t.Errorf("drain %+v", f.Drain)
+	if diff := cmp.Diff(Drain{Policy: DrainWait, Timeout: 20 * time.Minute}, f.Drain); diff != "" {
+		t.Errorf("drain (-want +got):\n%s", diff)
 	}
 	if err := f.Validate(catalogue(), nil); err != nil {
 		t.Errorf("Validate(catalogue): %v", err)
@@ -151,21 +151,21 @@ windows:
     duration: 1h
     profile: full
 `)
-	if f.Drain != (Drain{Policy: DrainWait, Timeout: DefaultDrainTimeout}) {
-		t.Errorf("drain defaults %+v", f.Drain)
+	if diff := cmp.Diff(Drain{Policy: DrainWait, Timeout: DefaultDrainTimeout}, f.Drain); diff != "" {
+		t.Errorf("drain defaults (-want +got):\n%s", diff)
 	}
-	if f.Windows[0].TimeZone != "UTC" || f.Windows[0].NodeSelector != nil {
-		t.Errorf("window defaults %+v", f.Windows[0])
+	wantWindows := []Window{{Name: "w", Recurrence: Recurrence{Schedule: "0 1 * * *", Duration: time.Hour, TimeZone: "UTC"}, Profile: "full"}}
+	if diff := cmp.Diff(wantWindows, f.Windows, ignoreSchedule); diff != "" {
+		t.Errorf("window defaults (-want +got):\n%s", diff)
 	}
-	if f.Profiles["full"] == nil || len(f.Profiles["full"]) != 0 {
-		t.Errorf("full = %#v, want empty profile", f.Profiles["full"])
+	// cmp tells an empty profile or MIG map from a nil one, which would mean
+	// something else (no profile; MIG off).
+	wantProfiles := map[string]Profile{
+		"full":   {},
+		"mig-on": {{GPUs: GPUSelector{Indices: []int{1, 0}}, MIG: map[string]int{}}},
 	}
-	e := f.Profiles["mig-on"][0]
-	if e.MIG == nil || len(e.MIG) != 0 {
-		t.Errorf("mig: {} decoded as %#v, want empty non-nil map", e.MIG)
-	}
-	if !reflect.DeepEqual(e.GPUs.Indices, []int{1, 0}) {
-		t.Errorf("indices %v", e.GPUs.Indices)
+	if diff := cmp.Diff(wantProfiles, f.Profiles); diff != "" {
+		t.Errorf("profiles (-want +got):\n%s", diff)
 	}
 }
 

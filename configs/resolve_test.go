@@ -2,9 +2,10 @@ package configs
 
 import (
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func whole(gpu int) Assignment { return Assignment{GPU: gpu, Entry: -1, Replicas: 1} }
@@ -113,8 +114,8 @@ rules:`, 1))
 			if err != nil {
 				t.Fatalf("Resolve: %v", err)
 			}
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("Resolve =\n%+v\nwant\n%+v", got, tc.want)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Resolve mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -140,9 +141,8 @@ func TestResolveDoesNotShareMaps(t *testing.T) {
 	}
 	got[0].MIG["1g.10gb"] = 99
 	got[0].MIGReplicas["1g.10gb"] = 99
-	e := f.Profiles["balanced"][0]
-	if e.MIG["1g.10gb"] != 2 || e.TimeSlicing.Replicas.PerProfile["1g.10gb"] != 2 {
-		t.Errorf("changing an Assignment changed the File: %+v", e)
+	if diff := cmp.Diff(mustParse(t, specExample).Profiles["balanced"], f.Profiles["balanced"]); diff != "" {
+		t.Errorf("changing an Assignment changed the File (-before +after):\n%s", diff)
 	}
 }
 

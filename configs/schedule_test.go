@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/robfig/cron/v3"
 )
 
@@ -97,13 +98,10 @@ func TestScheduleDSTBerlin(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustSchedule(t, tc.expr, "Europe/Berlin")
 			got := starts(c, tc.from, len(tc.want))
-			if len(got) != len(tc.want) {
-				t.Fatalf("got %v, want %v", got, tc.want)
-			}
-			for i := range got {
-				if !got[i].Equal(tc.want[i]) {
-					t.Errorf("start %d = %s (%s), want %s", i, got[i].UTC(), got[i], tc.want[i])
-				}
+			// cmp compares the times with time.Time.Equal, as instants:
+			// the starts are in Berlin time, the wanted ones in UTC.
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("starts mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -2,10 +2,11 @@ package configs
 
 import (
 	"errors"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 )
@@ -79,8 +80,8 @@ func TestSelectPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Select: %v", err)
 			}
-			if got != tc.want {
-				t.Errorf("Select = %+v, want %+v", got, tc.want)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Select mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -94,8 +95,8 @@ func TestSelectUnknownLabelIsAnError(t *testing.T) {
 	if !errors.As(err, &uerr) || uerr.Name != "shraed" {
 		t.Fatalf("Select = %+v, %v; want *UnknownProfileError", s, err)
 	}
-	if s.Source != SourceNone || s.Profile != "" {
-		t.Errorf("selection on error = %+v", s)
+	if diff := cmp.Diff(sel("", SourceNone, "", -1), s); diff != "" {
+		t.Errorf("selection on error (-want +got):\n%s", diff)
 	}
 	for _, frag := range []string{"carve.dev/profile=shraed", "did you mean shared?", "known profiles: full, mig, night, shared"} {
 		if !strings.Contains(err.Error(), frag) {
@@ -111,8 +112,11 @@ func TestSelectUnknownLabelIsAnError(t *testing.T) {
 func TestSelectNone(t *testing.T) {
 	f := mustParse(t, "version: v1\nprofiles: {full: []}\nrules: [{nodeSelector: {a: b}, profile: full}]\n")
 	s, err := f.Select(map[string]string{"a": "c"}, utc(2025, 1, 1, 0, 0))
-	if err != nil || s != sel("", SourceNone, "", -1) {
-		t.Errorf("Select = %+v, %v; want none", s, err)
+	if err != nil {
+		t.Errorf("Select: %v", err)
+	}
+	if diff := cmp.Diff(sel("", SourceNone, "", -1), s); diff != "" {
+		t.Errorf("Select mismatch, want none (-want +got):\n%s", diff)
 	}
 }
 
@@ -188,8 +192,11 @@ func TestNextChange(t *testing.T) {
 			before, _ := f.Select(tc.labels, got.Add(-time.Nanosecond))
 			now, _ := f.Select(tc.labels, tc.at)
 			after, _ := f.Select(tc.labels, got)
-			if before != now || after == now {
-				t.Errorf("selection %+v at now, %+v just before %s, %+v at it", now, before, got, after)
+			if diff := cmp.Diff(now, before); diff != "" {
+				t.Errorf("selection just before %s differs from the one at now (-now +before):\n%s", got, diff)
+			}
+			if cmp.Equal(now, after) {
+				t.Errorf("selection at %s = %+v, the same as at now", got, after)
 			}
 		})
 	}
@@ -228,8 +235,11 @@ windows:
 	}
 	a, _ := f.Select(nil, now)
 	b, _ := f.Select(nil, got)
-	if a != b || a.Window != "always" {
-		t.Errorf("selection changed: %+v -> %+v", a, b)
+	if diff := cmp.Diff(sel("full", SourceWindow, "always", -1), a); diff != "" {
+		t.Errorf("selection at now (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("selection changed at %s (-now +then):\n%s", got, diff)
 	}
 }
 
@@ -283,8 +293,8 @@ func TestTimeline(t *testing.T) {
 		span(13*h+30, 22*h, "full", SourceDefault, ""),
 		span(22*h, 30*h, "night", SourceWindow, "night"),
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Timeline =\n%s\nwant\n%s", spansString(got), spansString(want))
+	if diff := cmp.Diff(want, got, exactTime); diff != "" {
+		t.Errorf("Timeline mismatch (-want +got):\n%s", diff)
 	}
 	if got := f.Timeline(inference, from, 0); got != nil {
 		t.Errorf("empty timeline = %v", got)
@@ -320,6 +330,11 @@ windows:
 		t.Errorf("span times are not in from's location")
 	}
 }
+
+// exactTime makes cmp compare times as == does: the same instant, location
+// and monotonic reading, where cmp would call time.Time.Equal, which looks
+// at the instant only.
+var exactTime = cmp.Comparer(func(a, b time.Time) bool { return a == b })
 
 func spansString(spans []Span) string {
 	var b strings.Builder

@@ -9,7 +9,7 @@ import (
 
 // Model describes a MIG-capable GPU model: its geometry and the GPU instance
 // profiles it supports. The built-in catalogue (Catalogue) holds the models
-// of shared/mig-geometry.md; on real GPUs the same facts are read from the
+// of docs/hardware.md; on real GPUs the same facts are read from the
 // device (ModelFromDevice), so models not listed here work too.
 type Model struct {
 	// Key is carve's short name, e.g. "H100-80GB"; profiles' `model:`
@@ -100,7 +100,7 @@ func eightSliceModel(key, product string, memMiB uint64, mem [4]uint64, gb [6]in
 	}
 }
 
-// Catalogue returns the built-in models of shared/mig-geometry.md, in a
+// Catalogue returns the built-in models of docs/hardware.md, in a
 // fixed order. Each call returns a fresh copy the caller may change.
 func Catalogue() []Model {
 	return []Model{

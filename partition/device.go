@@ -1,11 +1,3 @@
-// Package partition reads the GPUs of a node, knows which MIG geometries each
-// GPU model supports, plans the smallest set of NVML operations that turns the
-// current partition of a GPU into the desired one, and applies such a plan.
-//
-// Everything here talks to the GPUs through NVML, the narrow interface
-// defined in this file. The real implementation (NewNVML) wraps go-nvml; the
-// simulator in partition/sim implements the same interface for tests, demos
-// and carvectl.
 package partition
 
 import (
