@@ -1,9 +1,10 @@
 package agent
 
 import (
-	"reflect"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
@@ -37,16 +38,16 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 			{Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, GIID: 3, UUID: "MIG-3", Replicas: 1},
 		}},
 	}
-	if !reflect.DeepEqual(recs, want) {
-		t.Fatalf("GPURecords =\n%+v\nwant\n%+v", recs, want)
+	if diff := cmp.Diff(want, recs); diff != "" {
+		t.Fatalf("GPURecords mismatch (-want +got):\n%s", diff)
 	}
 	// The sharing read back advertises the same devices.
 	back, err := timeslice.Expand(gpus, SharingFromRecords(recs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(back, res) {
-		t.Fatalf("resources from recovered sharing differ:\n%v\nwant\n%v", back, res)
+	if diff := cmp.Diff(res, back); diff != "" {
+		t.Fatalf("resources from recovered sharing differ (-want +got):\n%s", diff)
 	}
 }
 
@@ -89,8 +90,8 @@ func TestPartitionEncodeStable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(back, tt.p) {
-				t.Fatalf("decoded %+v, want %+v", back, tt.p)
+			if diff := cmp.Diff(tt.p, back); diff != "" {
+				t.Fatalf("decoded record mismatch (-want +got):\n%s", diff)
 			}
 			b, _ := back.Encode()
 			if a != b {
@@ -164,8 +165,8 @@ func TestSelectedFrom(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := SelectedFrom(tt.sel); !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("SelectedFrom(%+v) = %+v, want %+v", tt.sel, got, tt.want)
+			if diff := cmp.Diff(tt.want, SelectedFrom(tt.sel)); diff != "" {
+				t.Fatalf("SelectedFrom(%+v) mismatch (-want +got):\n%s", tt.sel, diff)
 			}
 		})
 	}

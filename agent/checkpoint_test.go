@@ -3,9 +3,10 @@ package agent
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
@@ -39,8 +40,10 @@ func TestCheckpoints(t *testing.T) {
 		}
 		want := intent
 		want.Version = carvev1.CheckpointVersion
-		if !reflect.DeepEqual(*got, want) {
-			t.Fatalf("Load =\n%+v\nwant\n%+v", *got, want)
+		// Started is compared with ==, not time.Time.Equal: the same
+		// instant in the same location, as it was saved.
+		if diff := cmp.Diff(want, *got, cmp.Comparer(func(a, b time.Time) bool { return a == b })); diff != "" {
+			t.Fatalf("Load mismatch (-want +got):\n%s", diff)
 		}
 		if got.OpsDone() != step {
 			t.Fatalf("OpsDone = %d, want %d", got.OpsDone(), step)

@@ -2,8 +2,9 @@ package agent
 
 import (
 	"encoding/json"
-	"maps"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
@@ -100,8 +101,8 @@ func TestLabels(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Labels(tt.in(t))
-			if !maps.Equal(got, tt.want) {
-				t.Errorf("Labels() =\n%v\nwant\n%v", got, tt.want)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Labels() mismatch (-want +got):\n%s", diff)
 			}
 			for k := range got {
 				if !carvev1.MayWrite(k) {

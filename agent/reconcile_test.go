@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
@@ -318,8 +320,8 @@ func TestReconcileAppliesProfiles(t *testing.T) {
 			if got := layout(h.gpus()); got != tt.wantLayout {
 				t.Errorf("layout = %s, want %s", got, tt.wantLayout)
 			}
-			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(tt.wantRes) {
-				t.Errorf("advertised %v, want %v", got, tt.wantRes)
+			if diff := cmp.Diff(tt.wantRes, h.adv.counts()); diff != "" {
+				t.Errorf("advertised (-want +got):\n%s", diff)
 			}
 			for k, v := range tt.wantLabels {
 				if res.Labels[k] != v {
@@ -389,8 +391,8 @@ func TestReconcileReplicaOnlyChangeTouchesNoGPU(t *testing.T) {
 			if res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != tt.to {
 				t.Fatalf("state %s applied %q, want success %q", res.State, res.Labels[carvev1.LabelApplied], tt.to)
 			}
-			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(tt.wantRes) {
-				t.Fatalf("advertised %v, want %v", got, tt.wantRes)
+			if diff := cmp.Diff(tt.wantRes, h.adv.counts()); diff != "" {
+				t.Fatalf("advertised (-want +got):\n%s", diff)
 			}
 			if res.Annotation.Generation != 2 {
 				t.Fatalf("annotation generation %d, want 2", res.Annotation.Generation)
@@ -446,8 +448,8 @@ func TestReconcileRejectedConfigTouchesNoGPU(t *testing.T) {
 			if got := layout(h.gpus()); got != before {
 				t.Fatalf("layout %s, want unchanged %s", got, before)
 			}
-			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(beforeRes) {
-				t.Fatalf("advertised %v, want unchanged %v", got, beforeRes)
+			if diff := cmp.Diff(beforeRes, h.adv.counts()); diff != "" {
+				t.Fatalf("advertised changed (-before +after):\n%s", diff)
 			}
 			if res.State != carvev1.StateFailed || res.Labels[carvev1.LabelState] != carvev1.StateFailed {
 				t.Fatalf("state %s, want failed", res.State)
@@ -572,8 +574,8 @@ func TestReconcileMixedFleet(t *testing.T) {
 			if got := layout(h.gpus()); got != before {
 				t.Errorf("layout %s, want unchanged %s", got, before)
 			}
-			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(beforeRes) {
-				t.Errorf("advertised %v, want unchanged %v", got, beforeRes)
+			if diff := cmp.Diff(beforeRes, h.adv.counts()); diff != "" {
+				t.Errorf("advertised changed (-before +after):\n%s", diff)
 			}
 			if res.Labels[carvev1.LabelApplied] != "full" || res.Annotation.Profile != "full" {
 				t.Errorf("applied %q / %q, want the profile the node keeps", res.Labels[carvev1.LabelApplied], res.Annotation.Profile)
@@ -623,8 +625,8 @@ func TestReconcileRecordsSelection(t *testing.T) {
 		if res.State != st.wantState || a.Profile != st.wantApplied {
 			t.Fatalf("%s: state %s applied %q, want %s %q (%v)", st.name, res.State, a.Profile, st.wantState, st.wantApplied, res.Err)
 		}
-		if a.Selected == nil || *a.Selected != st.wantSel {
-			t.Fatalf("%s: selected %+v, want %+v", st.name, a.Selected, st.wantSel)
+		if diff := cmp.Diff(&st.wantSel, a.Selected); diff != "" {
+			t.Fatalf("%s: selected (-want +got):\n%s", st.name, diff)
 		}
 		if a.Generation != st.wantGen {
 			t.Fatalf("%s: generation %d, want %d", st.name, a.Generation, st.wantGen)
@@ -643,8 +645,8 @@ func TestReconcileRejectedConfigAfterRestartKeepsSharing(t *testing.T) {
 	if res.State != carvev1.StateFailed || len(h.mutations()) != 0 {
 		t.Fatalf("state %s, ops %v", res.State, h.mutations())
 	}
-	if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("advertised %v after restart, want %v (sharing from the annotation)", got, want)
+	if diff := cmp.Diff(want, h.adv.counts()); diff != "" {
+		t.Fatalf("advertised after restart, want as before (sharing from the annotation) (-want +got):\n%s", diff)
 	}
 }
 
@@ -751,8 +753,8 @@ func TestReconcileDrainPolicies(t *testing.T) {
 			if tt.policy == "fail" {
 				wantRes = before
 			}
-			if got := h.adv.counts(); fmt.Sprint(got) != fmt.Sprint(wantRes) {
-				t.Fatalf("advertised %v, want %v", got, wantRes)
+			if diff := cmp.Diff(wantRes, h.adv.counts()); diff != "" {
+				t.Fatalf("advertised (-want +got):\n%s", diff)
 			}
 			if res.State != tt.wantState || !hasEvent(res.Events, tt.wantEvent, tt.warning) {
 				t.Fatalf("state %s events %v, want %s with %s", res.State, res.Events, tt.wantState, tt.wantEvent)
@@ -821,8 +823,8 @@ func TestReconcileWithdrawsBeforeDestroying(t *testing.T) {
 	if res.State != carvev1.StateSuccess {
 		t.Fatalf("state %s: %v", res.State, res.Err)
 	}
-	if len(h.adv.withdrawn) != 1 || !slices.Equal(h.adv.withdrawn[0], gone) {
-		t.Fatalf("withdrawn %v, want [%v]", h.adv.withdrawn, gone)
+	if diff := cmp.Diff([][]string{gone}, h.adv.withdrawn); diff != "" {
+		t.Fatalf("withdrawn (-want +got):\n%s", diff)
 	}
 	if opsAtWithdraw != 0 {
 		t.Fatalf("%d ops ran before the withdrawal", opsAtWithdraw)
@@ -954,8 +956,8 @@ func TestReconcileWindowSelectsProfile(t *testing.T) {
 	if res.Labels[carvev1.LabelApplied] != "shared-4" || res.Labels[carvev1.LabelWindow] != "nightly" || res.Labels[carvev1.LabelSource] != "window" {
 		t.Fatalf("in the window: labels %v", res.Labels)
 	}
-	if want := (carvev1.SelectedProfile{Profile: "shared-4", Source: "window", Window: "nightly"}); res.Annotation.Selected == nil || *res.Annotation.Selected != want {
-		t.Fatalf("in the window: annotation selected %+v, want %+v", res.Annotation.Selected, want)
+	if diff := cmp.Diff(&carvev1.SelectedProfile{Profile: "shared-4", Source: "window", Window: "nightly"}, res.Annotation.Selected); diff != "" {
+		t.Fatalf("in the window: annotation selected (-want +got):\n%s", diff)
 	}
 	if want := time.Date(2026, 3, 3, 6, 0, 0, 0, time.UTC); !res.Requeue.Equal(want) {
 		t.Fatalf("requeue %v, want the window end %v", res.Requeue, want)

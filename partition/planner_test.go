@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -87,6 +89,15 @@ func blockedText(bs []partition.Blocker) string {
 		s[i] = b.UUID + ": " + b.Reason
 	}
 	return strings.Join(s, "; ")
+}
+
+// planIndices lists the GPU indices of a node plan's GPU plans, in order.
+func planIndices(p partition.NodePlan) []int {
+	var out []int
+	for _, g := range p.GPUs {
+		out = append(out, g.Index)
+	}
+	return out
 }
 
 func uuids(us ...string) map[string]bool {
@@ -424,8 +435,8 @@ func TestPlanNode(t *testing.T) {
 	if !errors.Is(err, partition.ErrCannotPlace) || !strings.Contains(err.Error(), "GPU 2 (H100-80GB): 4g.40gb x2: at most 1 fits") {
 		t.Fatalf("error %v, want GPU 2's placement error", err)
 	}
-	if len(plan.GPUs) != 2 || plan.GPUs[0].Index != 0 || plan.GPUs[1].Index != 1 {
-		t.Fatalf("plans for GPUs %+v, want 0 and 1", plan.GPUs)
+	if diff := cmp.Diff([]int{0, 1}, planIndices(plan)); diff != "" {
+		t.Fatalf("plans for GPUs (-want +got):\n%s", diff)
 	}
 	if !plan.NoOp() || plan.NeedsReset() || plan.IsBlocked() {
 		t.Errorf("GPUs 0 and 1 are as wanted: NoOp %v, NeedsReset %v, IsBlocked %v", plan.NoOp(), plan.NeedsReset(), plan.IsBlocked())

@@ -1,9 +1,11 @@
 package timeslice
 
 import (
-	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
@@ -122,8 +124,8 @@ func TestExpand(t *testing.T) {
 			for name, devs := range res {
 				got[name] = ids(devs)
 			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("got %v\nwant %v", got, tt.want)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Fatalf("device IDs per resource (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -136,8 +138,8 @@ func TestExpandDeviceFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Device{ID: "MIG-9::1", UUID: "MIG-9", GPU: 3, GPUUUID: "GPU-x", Replica: 1, Replicas: 2, MIGProfile: "1g.10gb", MemoryMiB: 9856}
-	if got := res["nvidia.com/mig-1g.10gb"][1]; got != want {
-		t.Fatalf("got %+v, want %+v", got, want)
+	if diff := cmp.Diff(want, res["nvidia.com/mig-1g.10gb"][1]); diff != "" {
+		t.Fatalf("second replica (-want +got):\n%s", diff)
 	}
 	if c := res.Counts(); c["nvidia.com/mig-1g.10gb"] != 2 {
 		t.Fatalf("counts %v", c)
@@ -149,9 +151,12 @@ func TestReplicaOrderIsNumeric(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := ids(res[carvev1.GPUResource])
-	if got[2] != "GPU-a::2" || got[11] != "GPU-a::11" {
-		t.Fatalf("replicas not in numeric order: %v", got)
+	want := make([]string, 12)
+	for i := range want {
+		want[i] = "GPU-a::" + strconv.Itoa(i)
+	}
+	if diff := cmp.Diff(want, ids(res[carvev1.GPUResource])); diff != "" {
+		t.Fatalf("replicas not in numeric order (-want +got):\n%s", diff)
 	}
 }
 
@@ -180,8 +185,8 @@ func TestParseIDAndFold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"GPU-a", "GPU-b", "MIG-c"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("Fold = %v, want %v", got, want)
+	if diff := cmp.Diff([]string{"GPU-a", "GPU-b", "MIG-c"}, got); diff != "" {
+		t.Fatalf("Fold mismatch (-want +got):\n%s", diff)
 	}
 	if _, err := Fold([]string{"GPU-a::bad"}); err == nil {
 		t.Fatal("Fold accepted a bad ID")

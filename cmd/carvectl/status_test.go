@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,6 +45,24 @@ func annotation(t *testing.T, p carvev1.NodeRecord) map[string]string {
 	return map[string]string{carvev1.AnnotationRecord: s}
 }
 
+// gpuARecord is the record in gpu-a's annotation.
+func gpuARecord() carvev1.NodeRecord {
+	return carvev1.NodeRecord{Profile: "balanced", ProfileHash: "abc", State: carvev1.StateSuccess, Generation: 3,
+		GPUs: []carvev1.GPURecord{{Index: 0, UUID: "GPU-0", Model: "H100-80GB", MIGMode: "enabled"}}}
+}
+
+// onlyFields makes cmp compare nodeStatus rows on the named fields alone.
+func onlyFields(names ...string) cmp.Option {
+	var ignore []string
+	t := reflect.TypeFor[nodeStatus]()
+	for i := range t.NumField() {
+		if name := t.Field(i).Name; !slices.Contains(names, name) {
+			ignore = append(ignore, name)
+		}
+	}
+	return cmpopts.IgnoreFields(nodeStatus{}, ignore...)
+}
+
 // statusNodes is a cluster with one node of each kind status must show.
 // gpu-a, gpu-c and gpu-f carry no selection in the annotation (an older
 // agent, or none): status falls back to the labels.
@@ -48,8 +70,7 @@ func statusNodes(t *testing.T) []runtime.Object {
 	return []runtime.Object{
 		gpuNode("gpu-a", map[string]string{
 			carvev1.LabelState: carvev1.StateSuccess, carvev1.LabelApplied: "balanced", carvev1.LabelSource: "rule", "pool": "inference",
-		}, annotation(t, carvev1.NodeRecord{Profile: "balanced", ProfileHash: "abc", State: carvev1.StateSuccess, Generation: 3,
-			GPUs: []carvev1.GPURecord{{Index: 0, UUID: "GPU-0", Model: "H100-80GB", MIGMode: "enabled"}}}),
+		}, annotation(t, gpuARecord()),
 			map[string]int64{"nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/gpu": 4}),
 		gpuNode("gpu-b", map[string]string{
 			carvev1.LabelState: carvev1.StateFailed, carvev1.LabelApplied: "full", carvev1.LabelSource: "label", carvev1.LabelProfile: "split",
@@ -201,24 +222,31 @@ func TestStatusJSON(t *testing.T) {
 			t.Errorf("%s: selected %q by %q window %q, want %q by %q window %q", s.node, r.Selected, r.Source, r.Window, s.selected, s.source, s.window)
 		}
 	}
-	if e := byNode["gpu-e"]; e.Record == nil || e.Record.Selected == nil || e.Record.Selected.Profile != "small" {
-		t.Errorf("gpu-e partition: %+v", e.Record)
+	var eSelected *carvev1.SelectedProfile
+	if e := byNode["gpu-e"]; e.Record != nil {
+		eSelected = e.Record.Selected
 	}
-	a := byNode["gpu-a"]
-	if a.Record == nil || a.Record.Generation != 3 || a.Record.GPUs[0].UUID != "GPU-0" {
-		t.Errorf("gpu-a partition: %+v", a.Record)
+	if diff := cmp.Diff(&carvev1.SelectedProfile{Profile: "small", Source: "window", Window: "nightly"}, eSelected); diff != "" {
+		t.Errorf("gpu-e partition: selected (-want +got):\n%s", diff)
 	}
-	if a.Resources["mig-1g.10gb"] != 14 || a.Applied != "balanced" || a.Source != "rule" {
-		t.Errorf("gpu-a: %+v", a)
+	aRecord := gpuARecord()
+	wantA := nodeStatus{Node: "gpu-a", Selected: "balanced", Source: "rule", Applied: "balanced", State: carvev1.StateSuccess,
+		Resources: map[string]int64{"gpu": 4, "mig-1g.10gb": 14, "mig-3g.40gb": 2}, Record: &aRecord}
+	if diff := cmp.Diff(wantA, byNode["gpu-a"]); diff != "" {
+		t.Errorf("gpu-a (-want +got):\n%s", diff)
 	}
-	if b := byNode["gpu-b"]; !strings.Contains(b.LastError, "GPUs 4-7") || b.Pinned != "split" || b.State != carvev1.StateFailed {
-		t.Errorf("gpu-b: %+v", b)
+	b := byNode["gpu-b"]
+	if diff := cmp.Diff(nodeStatus{Pinned: "split", State: carvev1.StateFailed}, b, onlyFields("Pinned", "State")); diff != "" {
+		t.Errorf("gpu-b (-want +got):\n%s", diff)
 	}
-	if c := byNode["gpu-c"]; c.Window != "nightly-training" || c.Record != nil {
-		t.Errorf("gpu-c: %+v", c)
+	if !strings.Contains(b.LastError, "GPUs 4-7") {
+		t.Errorf("gpu-b: last error %q lacks %q", b.LastError, "GPUs 4-7")
+	}
+	if diff := cmp.Diff(nodeStatus{Window: "nightly-training"}, byNode["gpu-c"], onlyFields("Window", "Record")); diff != "" {
+		t.Errorf("gpu-c (-want +got):\n%s", diff)
 	}
 	if d := byNode["gpu-d"]; d.AnnotationError == "" || d.Record != nil {
-		t.Errorf("gpu-d: %+v", d)
+		t.Errorf("gpu-d: annotation error %q, record %+v; want an error and no record", d.AnnotationError, d.Record)
 	}
 }
 
