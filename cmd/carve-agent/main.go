@@ -1,7 +1,3 @@
-// Command carve-agent is carve's node agent, run as a DaemonSet: it
-// realises the profile in force for its Node on the GPUs and advertises the
-// result to the kubelet. Flags are described in shared/spec.md; each can
-// also be given through an environment variable.
 package main
 
 import (
@@ -28,7 +24,7 @@ import (
 
 	"github.com/carve-dev/carve/agent"
 	"github.com/carve-dev/carve/partition"
-	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/partition/gpus"
 	"github.com/carve-dev/carve/plugin"
 )
 
@@ -103,11 +99,8 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return o, fmt.Errorf("--config-map %q: want namespace/name", configMap)
 	}
 	o.configMapNamespace, o.configMapName = ns, name
-	if o.gpus != "nvml" && !strings.HasPrefix(o.gpus, sim.Prefix) {
-		return o, fmt.Errorf("--gpus %q: want nvml or sim:<machine>", o.gpus)
-	}
-	if o.simState != "" && o.gpus == "nvml" {
-		return o, errors.New("--sim-state works with simulated GPUs only (--gpus sim:<machine>)")
+	if err := gpus.Check(o.gpus, gpus.Options{SimState: o.simState}); err != nil {
+		return o, err
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return o, fmt.Errorf("--log-level %q: %w", logLevel, err)
@@ -116,19 +109,13 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 }
 
 // openGPUs opens and initialises the GPUs --gpus names.
-func openGPUs(gpus, simState string) (partition.NVML, error) {
-	var lib partition.NVML
-	if gpus == "nvml" {
-		lib = partition.NewNVML()
-	} else {
-		m, err := sim.Open(strings.TrimPrefix(gpus, sim.Prefix), simState)
-		if err != nil {
-			return nil, fmt.Errorf("--gpus %s: %w", gpus, err)
-		}
-		lib = m
+func openGPUs(spec, simState string) (partition.NVML, error) {
+	lib, err := gpus.Open(spec, gpus.Options{SimState: simState})
+	if err != nil {
+		return nil, err
 	}
 	if err := lib.Init(); err != nil {
-		return nil, fmt.Errorf("--gpus %s: initialise: %w", gpus, err)
+		return nil, fmt.Errorf("--gpus %s: initialise: %w", spec, err)
 	}
 	return lib, nil
 }
@@ -155,36 +142,8 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }
 
-// ExitAfterOpsEnv names a fault-injection hook for crash tests: when set
-// to k, the agent exits with ExitAfterOpsCode right after the k-th NVML op
-// of its life is done and checkpointed, as if it had been killed there.
-const ExitAfterOpsEnv = "CARVE_FAULT_EXIT_AFTER_OPS"
-
-// ExitAfterOpsCode is the exit status of a stop caused by ExitAfterOpsEnv.
-const ExitAfterOpsCode = 86
-
-// exitAfterOps returns the AfterOp hook ExitAfterOpsEnv asks for, or nil.
-func exitAfterOps(v string, log *slog.Logger, exit func(int)) (func(int, int, partition.Op) error, error) {
-	if v == "" {
-		return nil, nil
-	}
-	k, err := strconv.Atoi(v)
-	if err != nil || k < 1 {
-		return nil, fmt.Errorf("%s=%q: want a count of ops >= 1", ExitAfterOpsEnv, v)
-	}
-	n := 0
-	return func(gpu, step int, op partition.Op) error {
-		n++
-		if n == k {
-			log.Warn("fault injection: exiting after an op", "env", ExitAfterOpsEnv, "ops", n, "gpu", gpu, "op", op.String())
-			exit(ExitAfterOpsCode)
-		}
-		return nil
-	}, nil
-}
-
 func run(ctx context.Context, o options, getenv func(string) string, log *slog.Logger) error {
-	afterOp, err := exitAfterOps(getenv(ExitAfterOpsEnv), log, os.Exit)
+	afterOp, err := afterOpHook(getenv, log, os.Exit)
 	if err != nil {
 		return err
 	}
@@ -232,7 +191,9 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	case runErr = <-done:
 	case runErr = <-errc:
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			log.Debug("agent stopped after the metrics server failed", "err", err)
+		}
 	}
 	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
@@ -252,8 +213,9 @@ func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Getenv, log); err != nil {
+	err = run(ctx, o, os.Getenv, log)
+	stop()
+	if err != nil {
 		log.Error("carve-agent stopped", "err", err)
 		os.Exit(1)
 	}

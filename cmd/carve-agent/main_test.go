@@ -1,11 +1,14 @@
 package main
 
 import (
+	"go/build"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -27,6 +30,7 @@ func TestParseOptions(t *testing.T) {
 			name: "defaults",
 			args: []string{"--node-name", "n1"},
 			check: func(t *testing.T, o options) {
+				t.Helper()
 				want := options{nodeName: "n1", configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
 					devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 					stateDir: "/var/lib/carve", metricsAddr: ":9465", logLevel: slog.LevelInfo}
@@ -41,6 +45,7 @@ func TestParseOptions(t *testing.T) {
 				"CARVE_SIM_STATE": "/s.json", "CARVE_STATE_DIR": "/st", "CARVE_METRICS_ADDR": ":1", "CARVE_LOG_LEVEL": "debug",
 				"CARVE_DEVICE_PLUGIN_DIR": "/dp", "CARVE_POD_RESOURCES_SOCKET": "/pr.sock"},
 			check: func(t *testing.T, o options) {
+				t.Helper()
 				want := options{nodeName: "n2", kubeconfig: "/k", configMapNamespace: "ns", configMapName: "cm", gpus: "sim:dgx-h100",
 					simState: "/s.json", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1", logLevel: slog.LevelDebug}
 				if o != want {
@@ -53,6 +58,7 @@ func TestParseOptions(t *testing.T) {
 			args: []string{"--node-name", "flag", "--gpus", "sim:a30x4"},
 			env:  map[string]string{"NODE_NAME": "env", "CARVE_GPUS": "nvml"},
 			check: func(t *testing.T, o options) {
+				t.Helper()
 				if o.nodeName != "flag" || o.gpus != "sim:a30x4" {
 					t.Fatalf("options %+v", o)
 				}
@@ -66,6 +72,7 @@ func TestParseOptions(t *testing.T) {
 			name: "cdi",
 			args: []string{"--node-name", "n", "--cdi"},
 			check: func(t *testing.T, o options) {
+				t.Helper()
 				if !o.cdi {
 					t.Fatal("--cdi did not enable CDI")
 				}
@@ -76,6 +83,7 @@ func TestParseOptions(t *testing.T) {
 			args: []string{"--node-name", "n"},
 			env:  map[string]string{"CARVE_CDI": "true"},
 			check: func(t *testing.T, o options) {
+				t.Helper()
 				if !o.cdi {
 					t.Fatal("CARVE_CDI=true did not enable CDI")
 				}
@@ -163,30 +171,32 @@ func TestServeMux(t *testing.T) {
 	}
 }
 
-func TestExitAfterOps(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	for _, bad := range []string{"0", "-1", "x"} {
-		if _, err := exitAfterOps(bad, log, func(int) {}); err == nil {
-			t.Errorf("%s=%s accepted", ExitAfterOpsEnv, bad)
-		}
+// TestTestHooksOnlyWithTheBuildTag checks which files a build of this
+// command compiles: the fault-injection hooks only with the carve_testhooks
+// tag, so the default binary does not contain them.
+func TestTestHooksOnlyWithTheBuildTag(t *testing.T) {
+	tests := []struct {
+		tags []string
+		want []string // the testhooks*.go files compiled
+	}{
+		{nil, []string{"testhooks_off.go"}},
+		{[]string{"carve_testhooks"}, []string{"testhooks.go"}},
 	}
-	if hook, err := exitAfterOps("", log, func(int) {}); err != nil || hook != nil {
-		t.Fatalf("unset: hook %v, err %v; want neither", hook != nil, err)
-	}
-	var exited []int
-	hook, err := exitAfterOps("3", log, func(code int) { exited = append(exited, code) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 1; i <= 5; i++ {
-		if err := hook(0, i, partition.Op{Kind: partition.OpCreateGI}); err != nil {
+	for _, tt := range tests {
+		ctx := build.Default
+		ctx.BuildTags = tt.tags
+		pkg, err := ctx.ImportDir(".", 0)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if want := i >= 3; (len(exited) > 0) != want {
-			t.Fatalf("after op %d: exited %v", i, exited)
+		var got []string
+		for _, f := range pkg.GoFiles {
+			if strings.HasPrefix(f, "testhooks") {
+				got = append(got, f)
+			}
 		}
-	}
-	if len(exited) != 1 || exited[0] != ExitAfterOpsCode {
-		t.Fatalf("exit calls %v, want exactly one with %d", exited, ExitAfterOpsCode)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("tags %v: compiles %v, want %v", tt.tags, got, tt.want)
+		}
 	}
 }

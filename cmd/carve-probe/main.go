@@ -1,13 +1,3 @@
-// Command carve-probe prints, as JSON, what carve sees of this machine's
-// GPUs through the real NVML: each GPU with its MIG mode and instances, the
-// GPU instance profiles and placements of MIG-capable GPUs, the topology
-// matrix and whether XID events can be watched.
-//
-// It only reads: it never changes a MIG mode, creates or destroys an
-// instance, or resets a GPU. It exits 1 when NVML cannot be opened and 2
-// when some part could not be read (the JSON then says which).
-//
-//	carve-probe [-xid-wait 100ms]
 package main
 
 import (
@@ -21,10 +11,11 @@ import (
 	"time"
 
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/nvml"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], partition.NewNVML(), os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], nvml.New(), os.Stdout, os.Stderr))
 }
 
 // report is the JSON carve-probe prints.
@@ -224,7 +215,7 @@ func watchXIDs(lib partition.NVML, n int, wait time.Duration, failed *bool) stri
 		*failed = true
 		return fmt.Sprintf("cannot watch: %v", err)
 	}
-	defer es.Close()
+	defer func() { _ = es.Close() }()
 	ev, err := es.Wait(wait)
 	switch {
 	case errors.Is(err, partition.ErrTimeout):

@@ -8,77 +8,77 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
-	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/nvml"
 )
 
 // probeDevice is a read-only mock GPU: the mock panics on any call whose
 // function is not set, so a probe that changed something (SetMigMode,
 // CreateGpuInstance..., Destroy) would fail the test.
 func probeDevice(index int, name string, migCur, migPend int, noMIG bool) *mock.Device {
-	var pci nvml.PciInfo
+	var pci gonvml.PciInfo
 	for i, c := range []byte("00000000:0" + string(rune('7'+index)) + ":00.0") {
 		pci.BusId[i] = int8(c)
 	}
 	return &mock.Device{
-		GetUUIDFunc:       func() (string, nvml.Return) { return "GPU-probe-" + string(rune('0'+index)), nvml.SUCCESS },
-		GetNameFunc:       func() (string, nvml.Return) { return name, nvml.SUCCESS },
-		GetPciInfoFunc:    func() (nvml.PciInfo, nvml.Return) { return pci, nvml.SUCCESS },
-		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 81559 << 20}, nvml.SUCCESS },
-		GetMigModeFunc: func() (int, int, nvml.Return) {
+		GetUUIDFunc:       func() (string, gonvml.Return) { return "GPU-probe-" + string(rune('0'+index)), gonvml.SUCCESS },
+		GetNameFunc:       func() (string, gonvml.Return) { return name, gonvml.SUCCESS },
+		GetPciInfoFunc:    func() (gonvml.PciInfo, gonvml.Return) { return pci, gonvml.SUCCESS },
+		GetMemoryInfoFunc: func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{Total: 81559 << 20}, gonvml.SUCCESS },
+		GetMigModeFunc: func() (int, int, gonvml.Return) {
 			if noMIG {
-				return 0, 0, nvml.ERROR_NOT_SUPPORTED
+				return 0, 0, gonvml.ERROR_NOT_SUPPORTED
 			}
-			return migCur, migPend, nvml.SUCCESS
+			return migCur, migPend, gonvml.SUCCESS
 		},
-		GetComputeRunningProcessesFunc:  func() ([]nvml.ProcessInfo, nvml.Return) { return []nvml.ProcessInfo{{Pid: 7}}, nvml.SUCCESS },
-		GetGraphicsRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS },
-		GetMaxMigDeviceCountFunc:        func() (int, nvml.Return) { return 0, nvml.SUCCESS },
-		GetGpuInstanceProfileInfoFunc: func(p int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+		GetComputeRunningProcessesFunc:  func() ([]gonvml.ProcessInfo, gonvml.Return) { return []gonvml.ProcessInfo{{Pid: 7}}, gonvml.SUCCESS },
+		GetGraphicsRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.SUCCESS },
+		GetMaxMigDeviceCountFunc:        func() (int, gonvml.Return) { return 0, gonvml.SUCCESS },
+		GetGpuInstanceProfileInfoFunc: func(p int) (gonvml.GpuInstanceProfileInfo, gonvml.Return) {
 			// Only a whole-GPU profile, and only in MIG mode.
-			if migCur != nvml.DEVICE_MIG_ENABLE || p != nvml.GPU_INSTANCE_PROFILE_7_SLICE {
-				return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
+			if migCur != gonvml.DEVICE_MIG_ENABLE || p != gonvml.GPU_INSTANCE_PROFILE_7_SLICE {
+				return gonvml.GpuInstanceProfileInfo{}, gonvml.ERROR_NOT_SUPPORTED
 			}
-			return nvml.GpuInstanceProfileInfo{Id: 0, SliceCount: 7, InstanceCount: 1, MemorySizeMB: 8 * 9856}, nvml.SUCCESS
+			return gonvml.GpuInstanceProfileInfo{Id: 0, SliceCount: 7, InstanceCount: 1, MemorySizeMB: 8 * 9856}, gonvml.SUCCESS
 		},
-		GetGpuInstancePossiblePlacementsFunc: func(*nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
-			return []nvml.GpuInstancePlacement{{Start: 0, Size: 8}}, nvml.SUCCESS
+		GetGpuInstancePossiblePlacementsFunc: func(*gonvml.GpuInstanceProfileInfo) ([]gonvml.GpuInstancePlacement, gonvml.Return) {
+			return []gonvml.GpuInstancePlacement{{Start: 0, Size: 8}}, gonvml.SUCCESS
 		},
-		GetGpuInstancesFunc: func(*nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) { return nil, nvml.SUCCESS },
-		GetTopologyCommonAncestorFunc: func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
-			return nvml.TOPOLOGY_NODE, nvml.SUCCESS
+		GetGpuInstancesFunc: func(*gonvml.GpuInstanceProfileInfo) ([]gonvml.GpuInstance, gonvml.Return) { return nil, gonvml.SUCCESS },
+		GetTopologyCommonAncestorFunc: func(gonvml.Device) (gonvml.GpuTopologyLevel, gonvml.Return) {
+			return gonvml.TOPOLOGY_NODE, gonvml.SUCCESS
 		},
-		GetNvLinkStateFunc: func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED },
-		RegisterEventsFunc: func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
+		GetNvLinkStateFunc: func(int) (gonvml.EnableState, gonvml.Return) { return 0, gonvml.ERROR_NOT_SUPPORTED },
+		RegisterEventsFunc: func(uint64, gonvml.EventSet) gonvml.Return { return gonvml.SUCCESS },
 	}
 }
 
 func probeLib(devs ...*mock.Device) *mock.Interface {
 	return &mock.Interface{
-		InitFunc:           func() nvml.Return { return nvml.SUCCESS },
-		ShutdownFunc:       func() nvml.Return { return nvml.SUCCESS },
-		DeviceGetCountFunc: func() (int, nvml.Return) { return len(devs), nvml.SUCCESS },
-		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
+		InitFunc:           func() gonvml.Return { return gonvml.SUCCESS },
+		ShutdownFunc:       func() gonvml.Return { return gonvml.SUCCESS },
+		DeviceGetCountFunc: func() (int, gonvml.Return) { return len(devs), gonvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (gonvml.Device, gonvml.Return) {
 			if i < 0 || i >= len(devs) {
-				return nil, nvml.ERROR_INVALID_ARGUMENT
+				return nil, gonvml.ERROR_INVALID_ARGUMENT
 			}
-			return devs[i], nvml.SUCCESS
+			return devs[i], gonvml.SUCCESS
 		},
-		EventSetCreateFunc: func() (nvml.EventSet, nvml.Return) {
+		EventSetCreateFunc: func() (gonvml.EventSet, gonvml.Return) {
 			return &mock.EventSet{
-				WaitFunc: func(uint32) (nvml.EventData, nvml.Return) { return nvml.EventData{}, nvml.ERROR_TIMEOUT },
-				FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-			}, nvml.SUCCESS
+				WaitFunc: func(uint32) (gonvml.EventData, gonvml.Return) { return gonvml.EventData{}, gonvml.ERROR_TIMEOUT },
+				FreeFunc: func() gonvml.Return { return gonvml.SUCCESS },
+			}, gonvml.SUCCESS
 		},
 	}
 }
 
 func TestProbeWithoutNVML(t *testing.T) {
-	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
+	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }}
 	var out, errOut bytes.Buffer
-	if code := run(nil, partition.NewNVMLFrom(lib), &out, &errOut); code != 1 {
+	if code := run(nil, nvml.NewFrom(lib), &out, &errOut); code != 1 {
 		t.Errorf("exit code %d, want 1", code)
 	}
 	if !strings.Contains(errOut.String(), "NVML library not found") || out.Len() != 0 {
@@ -89,12 +89,12 @@ func TestProbeWithoutNVML(t *testing.T) {
 func TestProbeReport(t *testing.T) {
 	const h100 = "NVIDIA H100 80GB HBM3"
 	ml := probeLib(
-		probeDevice(0, h100, nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, false),
-		probeDevice(1, h100, nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_ENABLE, false),
+		probeDevice(0, h100, gonvml.DEVICE_MIG_ENABLE, gonvml.DEVICE_MIG_ENABLE, false),
+		probeDevice(1, h100, gonvml.DEVICE_MIG_DISABLE, gonvml.DEVICE_MIG_ENABLE, false),
 		probeDevice(2, "NVIDIA L4", 0, 0, true),
 	)
 	var out, errOut bytes.Buffer
-	if code := run([]string{"-xid-wait", "5ms"}, partition.NewNVMLFrom(ml), &out, &errOut); code != 0 {
+	if code := run([]string{"-xid-wait", "5ms"}, nvml.NewFrom(ml), &out, &errOut); code != 0 {
 		t.Fatalf("exit code %d, stderr %q", code, errOut.String())
 	}
 	var rep report
@@ -129,8 +129,8 @@ func TestProbeReport(t *testing.T) {
 	if g := rep.GPUs[0]; g.Model != "H100-80GB" || g.PCIBusID != "00000000:07:00.0" || !g.MIGCapable {
 		t.Errorf("GPU 0 identity = %+v", g.GPU)
 	}
-	if len(rep.Topology) != 3 || rep.Topology[0][1] != (linkReport{PCIe: int(nvml.TOPOLOGY_NODE)}) ||
-		rep.Topology[1][1] != (linkReport{PCIe: int(nvml.TOPOLOGY_INTERNAL)}) {
+	if len(rep.Topology) != 3 || rep.Topology[0][1] != (linkReport{PCIe: int(gonvml.TOPOLOGY_NODE)}) ||
+		rep.Topology[1][1] != (linkReport{PCIe: int(gonvml.TOPOLOGY_INTERNAL)}) {
 		t.Errorf("topology = %+v", rep.Topology)
 	}
 	if !strings.HasPrefix(rep.XIDWatch, "registered; no XID") {

@@ -42,21 +42,34 @@ func isCarveModule(gomod []byte) bool {
 	return false
 }
 
-// BuildAgent builds cmd/carve-agent of the repository at root into dir and
-// returns the binary's path.
-func BuildAgent(ctx context.Context, root, dir string) (string, error) {
-	return Build(ctx, root, dir, "carve-agent")
+// TestHooksTag is the build tag that compiles carve-agent's test hooks
+// (cmd/carve-agent/testhooks.go), such as the crash test's
+// CARVE_FAULT_EXIT_AFTER_OPS. Binaries built without it have none.
+const TestHooksTag = "carve_testhooks"
+
+// BuildAgent builds cmd/carve-agent of the repository at root into dir,
+// with the given build tags (none: the production binary; TestHooksTag:
+// with the test hooks), and returns the binary's path.
+func BuildAgent(ctx context.Context, root, dir string, tags ...string) (string, error) {
+	return Build(ctx, root, dir, "carve-agent", tags...)
 }
 
-// Build builds the command cmd/<name> of the repository at root into dir
-// and returns the binary's path.
-func Build(ctx context.Context, root, dir, name string) (string, error) {
+// Build builds the command cmd/<name> of the repository at root into dir,
+// with cgo and the given build tags, and returns the binary's path.
+func Build(ctx context.Context, root, dir, name string, tags ...string) (string, error) {
 	out := filepath.Join(dir, name)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/"+name)
+	args := []string{"build", "-o", out}
+	what := name
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+		what += " -tags " + strings.Join(tags, ",")
+	}
+	args = append(args, "./cmd/"+name)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build %s: %w\n%s", name, err, b)
+		return "", fmt.Errorf("build %s: %w\n%s", what, err, b)
 	}
 	return out, nil
 }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package partition
+package nvml
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/carve-dev/carve/partition"
 )
 
 // TestRealNVML runs the real go-nvml path. Without an NVIDIA driver (CI,
@@ -15,20 +17,20 @@ import (
 // the cgo binding links and its errors translate. With a driver it reads
 // the GPUs, read-only: it never changes a MIG mode, an instance or a GPU.
 func TestRealNVML(t *testing.T) {
-	lib := NewNVML()
-	if _, err := lib.DeviceCount(); !errors.Is(err, ErrUninitialized) {
+	lib := New()
+	if _, err := lib.DeviceCount(); !errors.Is(err, partition.ErrUninitialized) {
 		t.Fatalf("DeviceCount before Init = %v, want ErrUninitialized", err)
 	}
 	err := lib.Init()
 	switch {
-	case errors.Is(err, ErrLibraryNotFound):
+	case errors.Is(err, partition.ErrLibraryNotFound):
 		if !strings.Contains(err.Error(), "initialize NVML") {
 			t.Errorf("Init error %q lacks context", err)
 		}
-		if _, err := lib.DeviceCount(); !errors.Is(err, ErrUninitialized) {
+		if _, err := lib.DeviceCount(); !errors.Is(err, partition.ErrUninitialized) {
 			t.Errorf("DeviceCount after a failed Init = %v, want ErrUninitialized", err)
 		}
-		if err := lib.Shutdown(); !errors.Is(err, ErrUninitialized) {
+		if err := lib.Shutdown(); !errors.Is(err, partition.ErrUninitialized) {
 			t.Errorf("Shutdown after a failed Init = %v, want ErrUninitialized", err)
 		}
 		t.Logf("no NVML library here, as expected without a driver: %v", err)
@@ -41,11 +43,12 @@ func TestRealNVML(t *testing.T) {
 			t.Errorf("Shutdown: %v", err)
 		}
 	}()
-	checkRealNVMLGPUs(t, lib)
+	checkRealGPUs(t, lib)
 }
 
-// checkRealNVMLGPUs reads every GPU through lib, changing nothing.
-func checkRealNVMLGPUs(t *testing.T, lib NVML) {
+// checkRealGPUs reads every GPU through lib, changing nothing.
+func checkRealGPUs(t *testing.T, lib partition.NVML) {
+	t.Helper()
 	// A second Init is counted, not a second session.
 	if err := lib.Init(); err != nil {
 		t.Fatalf("second Init: %v", err)
@@ -53,7 +56,7 @@ func checkRealNVMLGPUs(t *testing.T, lib NVML) {
 	if err := lib.Shutdown(); err != nil {
 		t.Fatalf("Shutdown of the second Init: %v", err)
 	}
-	gpus, err := ReadInventory(lib)
+	gpus, err := partition.ReadInventory(lib)
 	if err != nil {
 		t.Fatalf("ReadInventory: %v", err)
 	}
@@ -76,9 +79,9 @@ func checkRealNVMLGPUs(t *testing.T, lib NVML) {
 			t.Logf("GPU %d: %d processes", g.Index, n)
 		}
 		if g.MIGCapable {
-			checkRealNVMLProfiles(t, d, g)
+			checkRealProfiles(t, d, g)
 		}
-		if g.MIGCapable && g.MIGMode == MIGEnabled {
+		if g.MIGCapable && g.MIGMode == partition.MIGEnabled {
 			for _, in := range g.Instances {
 				if in.Complete() && !strings.HasPrefix(in.UUID(), "MIG-") {
 					t.Errorf("GPU %d: instance %+v has MIG UUID %q", g.Index, in, in.UUID())
@@ -104,7 +107,7 @@ func checkRealNVMLGPUs(t *testing.T, lib NVML) {
 	}
 	if ev, err := es.Wait(50 * time.Millisecond); err == nil {
 		t.Logf("an XID event was waiting: %+v", ev)
-	} else if !errors.Is(err, ErrTimeout) {
+	} else if !errors.Is(err, partition.ErrTimeout) {
 		t.Errorf("Wait = %v, want ErrTimeout or an event", err)
 	}
 	if err := es.Close(); err != nil {
@@ -112,21 +115,22 @@ func checkRealNVMLGPUs(t *testing.T, lib NVML) {
 	}
 }
 
-// checkRealNVMLProfiles reads a MIG-capable GPU's profiles: they must read in
+// checkRealProfiles reads a MIG-capable GPU's profiles: they must read in
 // MIG mode and may read without it. Where the catalogue knows the model,
 // the geometry (all but the memory size, which the catalogue only
 // approximates) must match it.
-func checkRealNVMLProfiles(t *testing.T, d Device, g GPU) {
+func checkRealProfiles(t *testing.T, d partition.Device, g partition.GPU) {
+	t.Helper()
 	ps, err := d.GPUInstanceProfiles()
 	switch {
-	case err != nil && g.MIGMode != MIGEnabled && errors.Is(err, ErrNotSupported):
+	case err != nil && g.MIGMode != partition.MIGEnabled && errors.Is(err, partition.ErrNotSupported):
 		t.Logf("GPU %d: no profiles with MIG mode disabled: %v", g.Index, err)
 		return
 	case err != nil:
 		t.Errorf("GPU %d: GPUInstanceProfiles: %v", g.Index, err)
 		return
 	}
-	model, known := LookupModel(g.Model)
+	model, known := partition.LookupModel(g.Model)
 	for _, p := range ps {
 		t.Logf("GPU %d: profile %d %s: %d compute, %d memory slices, %d MiB, max %d, placements %v",
 			g.Index, p.ID, p.Name, p.ComputeSlices, p.MemorySlices, p.MemoryMiB, p.MaxCount, p.Placements)

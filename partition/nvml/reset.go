@@ -1,4 +1,4 @@
-package partition
+package nvml
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/carve-dev/carve/partition"
 )
 
 // CommandRunner runs an external program and returns what it printed on
@@ -16,52 +18,32 @@ import (
 // that is not installed returns an error wrapping exec.ErrNotFound.
 type CommandRunner func(ctx context.Context, name string, args ...string) ([]byte, error)
 
-// NVMLOption configures the real NVML implementation (NewNVML, NewNVMLFrom).
-type NVMLOption func(*nvmlOptions)
-
-// nvmlOptions holds what NVMLOption sets.
-type nvmlOptions struct {
-	run          CommandRunner
-	resetTimeout time.Duration
-	// profileInfoV2 reads a GPU instance profile's version 2 info; its type
-	// depends on whether the build has cgo (nvml.go, nvml_nocgo.go).
-	profileInfoV2 nvmlProfileInfoV2Func
-}
-
 // DefaultResetTimeout bounds one `nvidia-smi --gpu-reset` run.
 const DefaultResetTimeout = 2 * time.Minute
 
-// WithCommandRunner replaces the runner Device.Reset uses to start
-// nvidia-smi (default: os/exec).
-func WithCommandRunner(run CommandRunner) NVMLOption {
-	return func(o *nvmlOptions) {
+// WithCommandRunner replaces the runner a device's Reset uses to start
+// nvidia-smi (default: os/exec). A nil run keeps the default.
+func WithCommandRunner(run CommandRunner) Option {
+	return func(o *options) {
 		if run != nil {
 			o.run = run
 		}
 	}
 }
 
-// WithResetTimeout bounds each GPU reset (default DefaultResetTimeout).
-func WithResetTimeout(d time.Duration) NVMLOption {
-	return func(o *nvmlOptions) {
+// WithResetTimeout bounds each GPU reset (default DefaultResetTimeout); a
+// reset that takes longer fails with an error wrapping
+// partition.ErrTimeout. A d <= 0 keeps the default.
+func WithResetTimeout(d time.Duration) Option {
+	return func(o *options) {
 		if d > 0 {
 			o.resetTimeout = d
 		}
 	}
 }
 
-func buildNVMLOptions(opts []NVMLOption) nvmlOptions {
-	o := nvmlOptions{run: nvmlExecRunner, resetTimeout: DefaultResetTimeout}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	return o
-}
-
-// nvmlExecRunner is the default CommandRunner.
-func nvmlExecRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
+// execRunner is the default CommandRunner.
+func execRunner(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, name, args...).CombinedOutput()
 }
 
@@ -72,13 +54,13 @@ const (
 	nvidiaSMIExitInUse        = 19 // NVML_ERROR_IN_USE
 )
 
-// nvmlResetGPU resets the GPU at a PCI bus ID with `nvidia-smi --gpu-reset`,
+// resetGPU resets the GPU at a PCI bus ID with `nvidia-smi --gpu-reset`,
 // since NVML has no reset call of its own. index only names the GPU in
 // errors.
-func nvmlResetGPU(o nvmlOptions, index int, busID string) error {
+func resetGPU(o options, index int, busID string) error {
 	what := fmt.Sprintf("GPU %d: reset (nvidia-smi --gpu-reset -i %s)", index, busID)
 	if busID == "" {
-		return fmt.Errorf("%s: no PCI bus ID: %w", what, ErrInvalidArgument)
+		return fmt.Errorf("%s: no PCI bus ID: %w", what, partition.ErrInvalidArgument)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.resetTimeout)
 	defer cancel()
@@ -99,14 +81,14 @@ func nvmlResetGPU(o nvmlOptions, index int, busID string) error {
 	lower := strings.ToLower(msg)
 	switch {
 	case errors.Is(err, exec.ErrNotFound):
-		return fmt.Errorf("%s: nvidia-smi is not installed: %w: %w", what, ErrNotSupported, err)
+		return fmt.Errorf("%s: nvidia-smi is not installed: %w: %w", what, partition.ErrNotSupported, err)
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
-		return fmt.Errorf("%s: no answer within %s: %w: %w", what, o.resetTimeout, ErrTimeout, err)
+		return fmt.Errorf("%s: no answer within %s: %w: %w", what, o.resetTimeout, partition.ErrTimeout, err)
 	case code == nvidiaSMIExitInUse || strings.Contains(lower, "in use") || strings.Contains(lower, "being used") ||
 		strings.Contains(lower, "used by another"):
-		return fmt.Errorf("%s: %w: %s", what, ErrInUse, msg)
+		return fmt.Errorf("%s: %w: %s", what, partition.ErrInUse, msg)
 	case code == nvidiaSMIExitNotSupported || strings.Contains(lower, "not supported"):
-		return fmt.Errorf("%s: %w: %s", what, ErrNotSupported, msg)
+		return fmt.Errorf("%s: %w: %s", what, partition.ErrNotSupported, msg)
 	case code == nvidiaSMIExitNoPermission:
 		return fmt.Errorf("%s: no permission (needs root): %s", what, msg)
 	case msg == err.Error():

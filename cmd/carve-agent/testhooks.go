@@ -1,0 +1,55 @@
+//go:build carve_testhooks
+
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/carve-dev/carve/partition"
+)
+
+// ExitAfterOpsEnv names a fault-injection hook for crash tests: when set
+// to k, the agent exits with ExitAfterOpsCode right after the k-th NVML op
+// of its life is done and checkpointed, as if it had been killed there.
+//
+// The hook exists only in a binary built with the carve_testhooks build
+// tag:
+//
+//	go build -tags carve_testhooks ./cmd/carve-agent
+//
+// as test/harness builds it for the crash test (test/e2e/crash_test.go). A
+// binary built without the tag (make build, the image) neither reads the
+// variable nor contains this code; see testhooks_off.go.
+const ExitAfterOpsEnv = "CARVE_FAULT_EXIT_AFTER_OPS"
+
+// ExitAfterOpsCode is the exit status of a stop caused by ExitAfterOpsEnv.
+const ExitAfterOpsCode = 86
+
+// afterOpHook returns the AfterOp hook the test hooks in the environment
+// ask for (ExitAfterOpsEnv), or nil when none is set.
+func afterOpHook(getenv func(string) string, log *slog.Logger, exit func(int)) (func(int, int, partition.Op) error, error) {
+	return exitAfterOps(getenv(ExitAfterOpsEnv), log, exit)
+}
+
+// exitAfterOps returns the AfterOp hook ExitAfterOpsEnv=v asks for, or nil
+// for an empty v.
+func exitAfterOps(v string, log *slog.Logger, exit func(int)) (func(int, int, partition.Op) error, error) {
+	if v == "" {
+		return nil, nil
+	}
+	k, err := strconv.Atoi(v)
+	if err != nil || k < 1 {
+		return nil, fmt.Errorf("%s=%q: want a count of ops >= 1", ExitAfterOpsEnv, v)
+	}
+	n := 0
+	return func(gpu, _ int, op partition.Op) error {
+		n++
+		if n == k {
+			log.Warn("fault injection: exiting after an op", "env", ExitAfterOpsEnv, "ops", n, "gpu", gpu, "op", op.String())
+			exit(ExitAfterOpsCode)
+		}
+		return nil
+	}, nil
+}

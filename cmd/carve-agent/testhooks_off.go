@@ -1,0 +1,16 @@
+//go:build !carve_testhooks
+
+package main
+
+import (
+	"log/slog"
+
+	"github.com/carve-dev/carve/partition"
+)
+
+// afterOpHook returns no hook: this binary was built without the
+// carve_testhooks build tag, so it has no fault injection and reads no
+// variable for it (see testhooks.go).
+func afterOpHook(func(string) string, *slog.Logger, func(int)) (func(int, int, partition.Op) error, error) {
+	return nil, nil
+}
