@@ -14,7 +14,7 @@
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
-ENV CGO_ENABLED=1
+ENV CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .

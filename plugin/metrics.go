@@ -43,8 +43,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []**prometheus.CounterVec{&m.allocations, &m.failures, &m.xids} {
 		if err := reg.Register(*c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
+			if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
 				if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
 					*c = existing
 					continue

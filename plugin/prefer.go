@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"slices"
 	"sort"
 
 	"google.golang.org/grpc/codes"
@@ -69,7 +70,7 @@ func prefer(known map[string]timeslice.Device, avail, must []string, size int, p
 	sort.Slice(cands, func(i, j int) bool { return lessDevice(cands[i], cands[j]) })
 	need := min(size-len(chosen), len(cands))
 	replicas := false
-	for _, d := range append(fixed[:len(fixed):len(fixed)], cands...) {
+	for _, d := range append(slices.Clip(fixed), cands...) {
 		if d.Replica >= 0 {
 			replicas = true
 			break

@@ -1,7 +1,7 @@
 // Package sim is a simulated NVML that behaves like the hardware, for
 // tests, demos and carvectl. A Machine implements partition.NVML for the
 // machines of the agent's --gpus sim:<machine> flag (see Parse) and
-// enforces shared/mig-geometry.md: placements, overlaps, per-profile
+// enforces docs/hardware.md: placements, overlaps, per-profile
 // limits, one "+me" instance per GPU, compute slices, MIG mode changes that
 // stay pending until a reset or reboot, and instances in use that refuse
 // destruction. Errors wrap the partition sentinels.

@@ -10,7 +10,7 @@ import (
 	"github.com/carve-dev/carve/partition"
 )
 
-// oracleProfile is one row of a table in shared/mig-geometry.md, written
+// oracleProfile is one row of a table in docs/hardware.md, written
 // out independently of the catalogue.
 type oracleProfile struct {
 	name   string

@@ -113,9 +113,7 @@ func TestConcurrentUse(t *testing.T) {
 	// Two workers per GPU race for the same placements.
 	for gpu := range 8 {
 		for w := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				d, err := m.Device(gpu)
 				if err != nil {
 					errs <- err
@@ -142,7 +140,7 @@ func TestConcurrentUse(t *testing.T) {
 						return
 					}
 				}
-			}()
+			})
 		}
 	}
 	// Readers, test API and XIDs alongside.

@@ -12,7 +12,7 @@ import (
 )
 
 // Machine is a simulated node with GPUs. It implements partition.NVML and
-// enforces the MIG geometry of shared/mig-geometry.md. All methods are safe
+// enforces the MIG geometry of docs/hardware.md. All methods are safe
 // for concurrent use.
 //
 // Besides the NVML calls, Machine has a test and fault API: SetBusy,

@@ -154,8 +154,12 @@ func TestResetRefusedWhileBusy(t *testing.T) {
 		name string
 		busy func(t *testing.T, m *sim.Machine, d partition.Device) string // returns the UUID made busy
 	}{
-		{"busy GPU", func(t *testing.T, m *sim.Machine, d partition.Device) string { return uuidOf(t, d) }},
-		{"busy MIG device", func(t *testing.T, m *sim.Machine, d partition.Device) string {
+		{"busy GPU", func(t *testing.T, _ *sim.Machine, d partition.Device) string {
+			t.Helper()
+			return uuidOf(t, d)
+		}},
+		{"busy MIG device", func(t *testing.T, _ *sim.Machine, d partition.Device) string {
+			t.Helper()
 			_, ci := mustCreate(t, d, "1g.10gb", 2)
 			return ci.UUID
 		}},

@@ -123,7 +123,7 @@ func Parse(spec string) (Spec, error) {
 	}
 	var out Spec
 	var names []string
-	for _, item := range strings.Split(s, ",") {
+	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
 		key, count := item, 1
 		if k, n, ok := strings.Cut(item, "*"); ok {

@@ -198,8 +198,11 @@ func writeAtomic(path string, data []byte) (err error) {
 	if err != nil {
 		return fmt.Errorf("write simulator state %s: open directory: %w", path, err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("write simulator state %s: sync directory: %w", path, err)
 	}
 	return nil

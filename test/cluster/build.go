@@ -99,7 +99,11 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 	if err != nil {
 		return bins, fmt.Errorf("lock binary cache: %w", err)
 	}
-	defer lock.release()
+	defer func() {
+		if err := lock.release(); err != nil {
+			fmt.Fprintf(log, "%v\n", err)
+		}
+	}()
 	if binariesCurrent(binDir, stampPath, stamp) && os.Getenv("CARVE_CLUSTER_REBUILD") == "" {
 		return bins, nil
 	}
@@ -118,20 +122,13 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 	if err != nil {
 		return bins, fmt.Errorf("create build directory: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 
-	args := []string{"build", "-trimpath", "-ldflags=" + buildLDFlags(), "-o", tmp + string(filepath.Separator)}
-	for _, b := range kubeBinaries() {
-		args = append(args, "k8s.io/kubernetes/cmd/"+b)
-	}
 	fmt.Fprintf(log, "building Kubernetes %s (%s) in %s; the first build takes several minutes\n",
 		KubernetesVersion, strings.Join(kubeBinaries(), ", "), srcDir)
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, goTool, args...)
-	cmd.Dir = srcDir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return bins, fmt.Errorf("build Kubernetes components: %w\n%s", err, lastLines(string(out), 40))
+	if err := buildKubernetes(ctx, log, goTool, srcDir, tmp, buildHeartbeat); err != nil {
+		return bins, err
 	}
 	for _, b := range kubeBinaries() {
 		if err := os.Rename(filepath.Join(tmp, b), filepath.Join(binDir, b)); err != nil {
@@ -144,6 +141,82 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 	fmt.Fprintf(log, "built Kubernetes %s components in %s into %s\n", KubernetesVersion, time.Since(start).Round(time.Second), binDir)
 	return bins, nil
 }
+
+// buildKubernetes builds the Kubernetes binaries into outDir with one
+// `go build -v` in the test module at srcDir, reporting progress to log:
+// a line as each binary's main package is reached, and a heartbeat every
+// interval with the packages compiled so far (of how many, counted by a
+// `go list -deps` alongside).
+func buildKubernetes(ctx context.Context, log io.Writer, goTool, srcDir, outDir string, interval time.Duration) error {
+	mains := map[string]string{}
+	var pkgs []string
+	for _, b := range kubeBinaries() {
+		pkg := "k8s.io/kubernetes/cmd/" + b
+		mains[pkg] = b
+		pkgs = append(pkgs, pkg)
+	}
+	progress := newBuildProgress(log, time.Now, mains)
+
+	// The total is only for the heartbeat: a failure leaves it unknown.
+	listCtx, cancelList := context.WithCancel(ctx)
+	listDone := make(chan struct{})
+	go func() {
+		defer close(listDone)
+		list := exec.CommandContext(listCtx, goTool, append([]string{"list", "-deps"}, pkgs...)...)
+		list.Dir = srcDir
+		list.Env = goBuildEnv()
+		if out, err := list.Output(); err == nil {
+			progress.setTotal(countPackages(string(out)))
+		}
+	}()
+	defer func() {
+		cancelList()
+		<-listDone
+	}()
+
+	args := append([]string{"build", "-v", "-trimpath", "-ldflags=" + buildLDFlags(), "-o", outDir + string(filepath.Separator)}, pkgs...)
+	cmd := exec.CommandContext(ctx, goTool, args...)
+	cmd.Dir = srcDir
+	cmd.Env = goBuildEnv()
+	cmd.Stdout = progress
+	cmd.Stderr = progress
+	ticker := time.NewTicker(interval)
+	stop := make(chan struct{})
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		progress.heartbeat(ticker.C, stop)
+	}()
+	err := cmd.Run()
+	ticker.Stop()
+	close(stop)
+	<-beating
+	progress.Flush()
+	if err != nil {
+		return fmt.Errorf("build Kubernetes components: %w\n%s", err, lastLines(progress.output(), 40))
+	}
+	if compiled, _ := progress.counts(); compiled > 0 {
+		fmt.Fprintf(log, "  compiled %d packages\n", compiled)
+	}
+	return nil
+}
+
+// goBuildEnv is the environment of the go commands run here: this
+// process's, with CGO_CFLAGS defaulting to defaultCgoCFlags as in the
+// Makefile, so that a build run by make and one run directly share the
+// build cache.
+func goBuildEnv() []string {
+	env := os.Environ()
+	if os.Getenv("CGO_CFLAGS") == "" { // the go command's test for its default
+		env = append(env, "CGO_CFLAGS="+defaultCgoCFlags)
+	}
+	return env
+}
+
+// defaultCgoCFlags are the C compiler flags for cgo that carve's builds use
+// (see the Makefile) when CGO_CFLAGS is not set: cgo's defaults (-O2 -g) without warnings
+// about deprecated declarations, of which go-nvml's header has many.
+const defaultCgoCFlags = "-O2 -g -Wno-deprecated-declarations"
 
 // buildStamp identifies what the cached binaries were built from.
 func buildStamp() string {

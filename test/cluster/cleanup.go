@@ -84,9 +84,9 @@ func mountsUnder(root string) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	for i := len(mounts) - 1; i >= 0; i-- {
-		if within(mounts[i].path, root) && !slices.Contains(out, mounts[i].path) {
-			out = append(out, mounts[i].path)
+	for _, m := range slices.Backward(mounts) {
+		if within(m.path, root) && !slices.Contains(out, m.path) {
+			out = append(out, m.path)
 		}
 	}
 	return out, nil
@@ -97,7 +97,7 @@ func mountsUnder(root string) ([]string, error) {
 // volumes, container root file systems, sandbox shm). A mount that stays busy
 // is detached lazily.
 func unmountAll(root string) error {
-	for pass := 0; pass < 5; pass++ {
+	for range 5 {
 		mps, err := mountsUnder(root)
 		if err != nil {
 			return err
@@ -198,7 +198,7 @@ func createCgroupRoot(name string) error {
 			ctrl, err := os.ReadFile(filepath.Join(d, "cgroup.controllers"))
 			if err == nil && len(bytes.TrimSpace(ctrl)) > 0 {
 				var enable []string
-				for _, c := range strings.Fields(string(ctrl)) {
+				for c := range strings.FieldsSeq(string(ctrl)) {
 					enable = append(enable, "+"+c)
 				}
 				if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0o644); err != nil {
@@ -252,7 +252,7 @@ func killCgroup(name string) error {
 		slices.SortFunc(tree, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 		for _, p := range tree {
 			var rmErr error
-			for try := 0; try < 20; try++ {
+			for range 20 {
 				if rmErr = syscall.Rmdir(p); rmErr == nil || errors.Is(rmErr, syscall.ENOENT) {
 					rmErr = nil
 					break
@@ -303,7 +303,7 @@ func cgroupPids(dirs []string) []int {
 		if err != nil {
 			continue
 		}
-		for _, f := range strings.Fields(string(data)) {
+		for f := range strings.FieldsSeq(string(data)) {
 			if pid, err := strconv.Atoi(f); err == nil && pid > 0 && !slices.Contains(pids, pid) {
 				pids = append(pids, pid)
 			}

@@ -1,17 +1,3 @@
-// Package cluster runs a real single-node Kubernetes cluster on the local
-// machine for carve's end-to-end tests and demo: etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler, containerd and a kubelet, all
-// listening on 127.0.0.1 only, all under one temporary root directory.
-//
-// The Kubernetes components are built from k8s.io/kubernetes at
-// KubernetesVersion (once; they are cached), the rest comes from Debian
-// packages installed on first use. No registry is needed: the cluster has one
-// image, BusyboxImage, imported from a locally built archive. Pods must use
-// hostNetwork and imagePullPolicy: Never.
-//
-// Running a cluster needs root (containers, mounts, cgroups). Only one cluster
-// runs per machine at a time, because the kubelet's device-plugin directory
-// is fixed (see DefaultLockPath); Start waits for its turn.
 package cluster
 
 import (
@@ -217,7 +203,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.bins, err = EnsureBinaries(ctx, c.logw, opts.CacheDir, opts.SourceDir); err != nil {
 		return nil, err
 	}
-	if c.image, err = ensureImage(opts.CacheDir, c.tools.Busybox); err != nil {
+	if c.image, err = ensureImage(ctx, opts.CacheDir, c.tools.Busybox); err != nil {
 		return nil, err
 	}
 	tPrepared := time.Now()
@@ -231,8 +217,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if prev.Dir != "" || len(prev.Components) > 0 {
 		c.logf("cleaning up after an earlier cluster that was not stopped: %s", prev)
 		if err := cleanupRecord(prev); err != nil {
-			lock.release()
-			return nil, fmt.Errorf("clean up after the earlier cluster (%s): %w", prev, err)
+			return nil, errors.Join(fmt.Errorf("clean up after the earlier cluster (%s): %w", prev, err), lock.release())
 		}
 	}
 
@@ -288,7 +273,7 @@ func (c *Cluster) bringUp(ctx context.Context) error {
 	if err := c.writeConfig(); err != nil {
 		return err
 	}
-	if err := prepareDevicePluginDir(); err != nil {
+	if err := prepareDevicePluginDir(ctx); err != nil {
 		return err
 	}
 	if err := createCgroupRoot(c.cgroupRoot); err != nil {
@@ -436,7 +421,7 @@ func pickPorts() (ports, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	next := func() (int, error) {
@@ -992,13 +977,14 @@ func cleanupRecord(rec lockRecord) error {
 // prepareDevicePluginDir makes sure no other kubelet serves the shared
 // device-plugin directory and removes the previous cluster's checkpoint, so
 // that a new kubelet does not inherit allocations of pods it never saw.
-func prepareDevicePluginDir() error {
+func prepareDevicePluginDir(ctx context.Context) error {
 	if err := os.MkdirAll(DevicePluginDir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", DevicePluginDir, err)
 	}
 	sock := filepath.Join(DevicePluginDir, "kubelet.sock")
-	if conn, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-		conn.Close()
+	d := net.Dialer{Timeout: time.Second}
+	if conn, err := d.DialContext(ctx, "unix", sock); err == nil {
+		_ = conn.Close()
 		return fmt.Errorf("another kubelet, not started by this package, serves %s; stop it first", sock)
 	}
 	return cleanDevicePluginDir()

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 )
 
 // TestCluster brings up a real single-node cluster, runs a pod through the
@@ -150,7 +149,7 @@ func runPod(ctx context.Context, t *testing.T, c *Cluster, name string) {
 		Spec: corev1.PodSpec{
 			HostNetwork:                   true,
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			TerminationGracePeriodSeconds: new(int64(1)),
 			Containers: []corev1.Container{{
 				Name:            "main",
 				Image:           BusyboxImage,
@@ -164,7 +163,7 @@ func runPod(ctx context.Context, t *testing.T, c *Cluster, name string) {
 		t.Fatalf("create pod: %v", err)
 	}
 	t.Cleanup(func() {
-		_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
 	})
 	var got *corev1.Pod
 	err := c.waitFor(ctx, "pod "+name+" to succeed", c.watchedProcs(), func(ctx context.Context) error {

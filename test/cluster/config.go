@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -244,18 +243,18 @@ func kubeletConfig(p paths, ports ports, cgroupRoot string) ([]byte, error) {
 		// The read-only port would listen on 0.0.0.0:10255; keep it off.
 		ReadOnlyPort:       0,
 		HealthzBindAddress: "127.0.0.1",
-		HealthzPort:        ptr.To(int32(ports.kubeletHealthz)),
+		HealthzPort:        new(int32(ports.kubeletHealthz)),
 		Authentication: kubeletconfig.KubeletAuthentication{
-			Anonymous: kubeletconfig.KubeletAnonymousAuthentication{Enabled: ptr.To(true)},
-			Webhook:   kubeletconfig.KubeletWebhookAuthentication{Enabled: ptr.To(false)},
+			Anonymous: kubeletconfig.KubeletAnonymousAuthentication{Enabled: new(true)},
+			Webhook:   kubeletconfig.KubeletWebhookAuthentication{Enabled: new(false)},
 		},
 		Authorization:            kubeletconfig.KubeletAuthorization{Mode: kubeletconfig.KubeletAuthorizationModeAlwaysAllow},
 		ContainerRuntimeEndpoint: "unix://" + p.containerdSocket,
 		CgroupDriver:             "cgroupfs",
 		CgroupRoot:               cgroupRoot,
-		CgroupsPerQOS:            ptr.To(true),
-		FailCgroupV1:             ptr.To(false),
-		FailSwapOn:               ptr.To(false),
+		CgroupsPerQOS:            new(true),
+		FailCgroupV1:             new(false),
+		FailSwapOn:               new(false),
 		PodLogsDir:               p.podLogsDir,
 		// Fast feedback for tests: frequent status updates and syncs.
 		NodeStatusUpdateFrequency: metav1.Duration{Duration: 2 * time.Second},
@@ -264,18 +263,18 @@ func kubeletConfig(p paths, ports ports, cgroupRoot string) ([]byte, error) {
 		FileCheckFrequency:        metav1.Duration{Duration: 10 * time.Second},
 		// The test image can never be pulled again: never collect it, and do
 		// not evict or taint the node because a developer's disk is full.
-		ImageGCHighThresholdPercent: ptr.To(int32(100)),
-		ImageGCLowThresholdPercent:  ptr.To(int32(99)),
+		ImageGCHighThresholdPercent: new(int32(100)),
+		ImageGCLowThresholdPercent:  new(int32(99)),
 		EvictionHard: map[string]string{
 			"memory.available":  "1Mi",
 			"nodefs.available":  "0%",
 			"nodefs.inodesFree": "0%",
 			"imagefs.available": "0%",
 		},
-		RegisterNode:       ptr.To(true),
+		RegisterNode:       new(true),
 		RotateCertificates: false,
 		ServerTLSBootstrap: false,
-		EnableServer:       ptr.To(true),
+		EnableServer:       new(true),
 		MaxPods:            110,
 	}
 	data, err := yaml.Marshal(cfg)

@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -79,15 +80,15 @@ func epoch() time.Time { return time.Unix(0, 0).UTC() }
 
 // EnsureImage builds the test image archive from the static busybox at
 // busybox into cacheDir unless it is there already.
-func EnsureImage(cacheDir, busybox string) error {
-	_, err := ensureImage(cacheDir, busybox)
+func EnsureImage(ctx context.Context, cacheDir, busybox string) error {
+	_, err := ensureImage(ctx, cacheDir, busybox)
 	return err
 }
 
 // ensureImage returns the path of the image tarball for busybox in cacheDir,
 // building it when missing. The file name carries the digest of the busybox
 // binary, so a changed busybox makes a new image.
-func ensureImage(cacheDir, busybox string) (string, error) {
+func ensureImage(ctx context.Context, cacheDir, busybox string) (string, error) {
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
 		return "", fmt.Errorf("read busybox: %w", err)
@@ -97,7 +98,7 @@ func ensureImage(cacheDir, busybox string) (string, error) {
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	applets, err := busyboxApplets(busybox)
+	applets, err := busyboxApplets(ctx, busybox)
 	if err != nil {
 		return "", err
 	}
@@ -119,13 +120,13 @@ func ensureImage(cacheDir, busybox string) (string, error) {
 }
 
 // busyboxApplets lists the applets busybox was built with.
-func busyboxApplets(busybox string) ([]string, error) {
-	out, err := exec.Command(busybox, "--list").Output()
+func busyboxApplets(ctx context.Context, busybox string) ([]string, error) {
+	out, err := exec.CommandContext(ctx, busybox, "--list").Output()
 	if err != nil {
 		return nil, fmt.Errorf("list busybox applets: %w", err)
 	}
 	var applets []string
-	for _, a := range strings.Fields(string(out)) {
+	for a := range strings.FieldsSeq(string(out)) {
 		if a != "busybox" && !strings.Contains(a, "/") {
 			applets = append(applets, a)
 		}
@@ -290,8 +291,8 @@ func rootfsLayer(files []ImageFile) ([]byte, error) {
 		for p := path.Dir(name); p != "." && !seen[p]; p = path.Dir(p) {
 			parents = append(parents, p)
 		}
-		for i := len(parents) - 1; i >= 0; i-- {
-			if err := dir(parents[i], 0o755); err != nil {
+		for _, p := range slices.Backward(parents) {
+			if err := dir(p, 0o755); err != nil {
 				return nil, err
 			}
 		}
@@ -423,7 +424,7 @@ func (c *Cluster) ImportImage(ctx context.Context, img Image) error {
 	if err != nil {
 		return fmt.Errorf("import image %s: %w", img.Name, err)
 	}
-	defer os.Remove(f.Name())
+	defer func() { _ = os.Remove(f.Name()) }()
 	bw := bufio.NewWriterSize(f, 1<<20)
 	err = writeDockerArchive(bw, img)
 	if err == nil {

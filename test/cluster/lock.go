@@ -70,7 +70,7 @@ func acquireLock(ctx context.Context, path string, logf func(string, ...any)) (*
 			break
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
+			_ = f.Close()
 			return nil, lockRecord{}, fmt.Errorf("lock %s: %w", path, err)
 		}
 		holder, _ := readLockRecord(path)
@@ -80,7 +80,7 @@ func acquireLock(ctx context.Context, path string, logf func(string, ...any)) (*
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
+			_ = f.Close()
 			return nil, lockRecord{}, fmt.Errorf("waiting for the machine lock %s (held by %s): %w", path, holder, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}

@@ -40,7 +40,9 @@ func (p *process) start() error {
 	fmt.Fprintf(logf, "==== carve-cluster: %s starting %s %s\n",
 		time.Now().Format(time.RFC3339Nano), p.path, strings.Join(p.args, " "))
 
-	cmd := exec.Command(p.path, p.args...)
+	// Not CommandContext: a component runs until stop, not until the
+	// context of whoever started it ends.
+	cmd := exec.Command(p.path, p.args...) //nolint:noctx // see above
 	cmd.Dir = p.dir
 	cmd.Env = p.env
 	cmd.Stdin = nil
@@ -83,15 +85,6 @@ func (p *process) running() bool {
 	default:
 		return true
 	}
-}
-
-// exited returns a channel closed when the process exits; nil (blocks
-// forever) when it was never started.
-func (p *process) exited() <-chan struct{} {
-	if p == nil {
-		return nil
-	}
-	return p.done
 }
 
 // stop sends SIGTERM to the process group, waits up to grace, then SIGKILLs

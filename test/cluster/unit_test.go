@@ -113,7 +113,7 @@ func TestLockSerializesAndRecordsHolder(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	var waited []string
-	if _, _, err := acquireLock(short, path, func(f string, a ...any) { waited = append(waited, f) }); err == nil {
+	if _, _, err := acquireLock(short, path, func(f string, _ ...any) { waited = append(waited, f) }); err == nil {
 		t.Fatal("second acquire succeeded while the lock was held")
 	} else if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("second acquire: %v, want a deadline error", err)

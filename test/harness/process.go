@@ -68,6 +68,9 @@ func Build(ctx context.Context, root, dir, name string, tags ...string) (string,
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if os.Getenv("CGO_CFLAGS") == "" { // as the Makefile: cgo's -O2 -g without go-nvml's deprecation warnings
+		cmd.Env = append(cmd.Env, "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build %s: %w\n%s", what, err, b)
 	}

@@ -1,15 +1,3 @@
-// Command carve-demo is `make demo`: it brings up the local single-node
-// Kubernetes (test/cluster), runs the carve-agent binary on simulated GPUs,
-// loads the example profiles, and switches the node through a list of
-// profiles by labelling it, running a pod at each step and printing what
-// an operator wants to see: how long the repartition took, the node's
-// allocatable, the carve labels, and the devices the pod was given.
-//
-//	carve-demo [--agent bin/carve-agent] [--profiles configs/examples/profiles.yaml]
-//	           [--gpus sim:dgx-h100] [--steps full,balanced,shared-4] [--keep]
-//
-// It must run as root (the kubelet does); the first run on a machine
-// builds Kubernetes (about 8 minutes).
 package main
 
 import (
@@ -76,7 +64,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if !strings.HasPrefix(o.gpus, sim.Prefix) {
 		return o, fmt.Errorf("--gpus %q: the demo runs on simulated GPUs, sim:<machine>", o.gpus)
 	}
-	for _, s := range strings.Split(steps, ",") {
+	for s := range strings.SplitSeq(steps, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.steps = append(o.steps, s)
 		}
@@ -112,8 +100,9 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
+	err = run(ctx, o, os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "carve-demo:", err)
 		os.Exit(1)
 	}
@@ -274,13 +263,17 @@ func (d *demo) step(ctx context.Context, i int, profile string) error {
 	// resources gets NVIDIA_VISIBLE_DEVICES from each plugin, and the last
 	// one wins (see docs/plugin.md).
 	var pods []string
+	defer func() {
+		for _, pod := range slices.Backward(pods) {
+			_ = harness.DeletePod(context.Background(), d.cs, metav1.NamespaceDefault, pod)
+		}
+	}()
 	for _, res := range slices.Sorted(maps.Keys(alloc)) {
 		pod := "demo-" + profile + "-" + podSuffix(res)
 		if _, err := d.cs.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, harness.DevicePod(pod, res, 1, 0), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create pod %s: %w", pod, err)
 		}
 		pods = append(pods, pod)
-		defer func() { _ = harness.DeletePod(context.Background(), d.cs, metav1.NamespaceDefault, pod) }()
 	}
 	d.printf("  pods, each asking for one device:\n")
 	for i, res := range slices.Sorted(maps.Keys(alloc)) {
@@ -289,7 +282,7 @@ func (d *demo) step(ctx context.Context, i int, profile string) error {
 			return err
 		}
 		d.printf("    %-22s %-26s NVIDIA_VISIBLE_DEVICES=%s\n", pods[i], res+": 1", msg)
-		for _, u := range strings.Split(msg, ",") {
+		for u := range strings.SplitSeq(msg, ",") {
 			d.printf("    %-22s %-26s   = %s\n", "", "", describe(gpus, u))
 		}
 	}

@@ -1,16 +1,3 @@
-// Command carve-cluster runs the local single-node Kubernetes cluster of
-// carve's end-to-end tests by hand, for demos and debugging.
-//
-//	carve-cluster up [-d] [--dir DIR] [--node-name NAME] [--label k=v]...
-//	carve-cluster env
-//	carve-cluster status
-//	carve-cluster kubectl ARGS...
-//	carve-cluster down
-//	carve-cluster build
-//
-// It must run as root. Only one cluster runs per machine at a time; env,
-// status, kubectl and down find it through the machine lock, so they need no
-// flags.
 package main
 
 import (
@@ -79,8 +66,7 @@ func main() {
 		os.Exit(2)
 	}
 	if err != nil {
-		var exit exitCode
-		if errors.As(err, &exit) {
+		if exit, ok := errors.AsType[exitCodeError](err); ok {
 			os.Exit(int(exit))
 		}
 		fmt.Fprintf(os.Stderr, "carve-cluster: %v\n", err)
@@ -88,10 +74,10 @@ func main() {
 	}
 }
 
-// exitCode ends the program with a status and no further message.
-type exitCode int
+// exitCodeError ends the program with a status and no further message.
+type exitCodeError int
 
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+func (e exitCodeError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // labelFlags collects repeated --label k=v flags.
 type labelFlags map[string]string
@@ -191,11 +177,11 @@ func upDetached(args []string, logFile string, timeout time.Duration) error {
 		return fmt.Errorf("create readiness file: %w", err)
 	}
 	readyPath := ready.Name()
-	ready.Close()
+	_ = ready.Close()
 	if err := os.Remove(readyPath); err != nil {
 		return fmt.Errorf("prepare readiness file: %w", err)
 	}
-	defer os.Remove(readyPath)
+	defer func() { _ = os.Remove(readyPath) }()
 
 	logf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -203,7 +189,8 @@ func upDetached(args []string, logFile string, timeout time.Duration) error {
 	}
 	defer logf.Close()
 	childArgs := append([]string{"up", daemonFlag, "--internal-ready-file=" + readyPath}, args...)
-	cmd := exec.Command(self, childArgs...)
+	// Not tied to a context: the background cluster outlives this process.
+	cmd := exec.Command(self, childArgs...) //nolint:noctx // see above
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Dir, _ = os.Getwd()
@@ -237,13 +224,13 @@ func upDetached(args []string, logFile string, timeout time.Duration) error {
 		select {
 		case err := <-exited:
 			_, _ = io.Copy(os.Stderr, in)
-			return fmt.Errorf("background cluster failed to start (%v); see %s", err, logFile)
+			return fmt.Errorf("background cluster failed to start (%w); see %s", err, logFile)
 		case sig := <-sigs:
 			fmt.Fprintf(os.Stderr, "carve-cluster: got %s, stopping the background cluster\n", sig)
 			_ = cmd.Process.Signal(syscall.SIGTERM)
-			<-exited
+			<-exited //nolint:errcheck // its status is that of the SIGTERM just sent
 			_, _ = io.Copy(os.Stderr, in)
-			return exitCode(130)
+			return exitCodeError(130)
 		case <-deadline:
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			return fmt.Errorf("background cluster not ready after %s; stopping it, see %s", timeout, logFile)
@@ -305,11 +292,11 @@ func status(args []string) error {
 	switch {
 	case !ok:
 		fmt.Println("no cluster")
-		return exitCode(1)
+		return exitCodeError(1)
 	case !info.Running:
 		fmt.Printf("cluster %q in %s was left behind by pid %d (%s), which is gone; 'carve-cluster down' cleans it up\n",
 			info.NodeName, info.Dir, info.PID, info.Owner)
-		return exitCode(1)
+		return exitCodeError(1)
 	}
 	fmt.Printf("cluster %q running since %s, pid %d (%s)\nKUBECONFIG=%s\nlogs: %s/logs\n",
 		info.NodeName, info.Started.Format(time.RFC3339), info.PID, info.Owner, info.Kubeconfig, info.Dir)
@@ -326,13 +313,13 @@ func kubectl(args []string) error {
 		return err
 	}
 	bin := filepath.Join(cacheDir, cluster.KubernetesVersion, "bin", "kubectl")
-	cmd := exec.Command(bin, args...)
+	// In the foreground, kubectl gets the terminal's signals itself.
+	cmd := exec.Command(bin, args...) //nolint:noctx // see above
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+info.Kubeconfig)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return exitCode(ee.ExitCode())
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			return exitCodeError(ee.ExitCode())
 		}
 		return fmt.Errorf("run %s: %w", bin, err)
 	}
@@ -392,7 +379,7 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := cluster.EnsureImage(cacheDir, tools.Busybox); err != nil {
+	if err := cluster.EnsureImage(ctx, cacheDir, tools.Busybox); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "carve-cluster: host tools present, binaries in %s, image %s cached\n", bins.Dir, cluster.BusyboxImage)

@@ -1,0 +1,13 @@
+// Command carve-demo is `make demo`: it brings up the local single-node
+// Kubernetes (test/cluster), runs the carve-agent binary on simulated GPUs,
+// loads the example profiles, and switches the node through a list of
+// profiles by labelling it, running a pod at each step and printing what
+// an operator wants to see: how long the repartition took, the node's
+// allocatable, the carve labels, and the devices the pod was given.
+//
+//	carve-demo [--agent bin/carve-agent] [--profiles configs/examples/profiles.yaml]
+//	           [--gpus sim:dgx-h100] [--steps full,balanced,shared-4] [--keep]
+//
+// It must run as root (the kubelet does); the first run on a machine
+// builds Kubernetes (about 8 minutes).
+package main
