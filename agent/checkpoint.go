@@ -52,14 +52,12 @@ func (c *Checkpoints) Save(cp carvev1.Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
+	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op once renamed
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save checkpoint: write %s: %w", tmp.Name(), err)
+		return errors.Join(fmt.Errorf("save checkpoint: write %s: %w", tmp.Name(), err), tmp.Close())
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save checkpoint: sync %s: %w", tmp.Name(), err)
+		return errors.Join(fmt.Errorf("save checkpoint: sync %s: %w", tmp.Name(), err), tmp.Close())
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("save checkpoint: close %s: %w", tmp.Name(), err)

@@ -42,7 +42,10 @@ func TestCheckpoints(t *testing.T) {
 		want.Version = carvev1.CheckpointVersion
 		// Started is compared with ==, not time.Time.Equal: the same
 		// instant in the same location, as it was saved.
-		if diff := cmp.Diff(want, *got, cmp.Comparer(func(a, b time.Time) bool { return a == b })); diff != "" {
+		exact := cmp.Comparer(func(a, b time.Time) bool {
+			return a == b //nolint:revive,staticcheck // == on purpose, see above
+		})
+		if diff := cmp.Diff(want, *got, exact); diff != "" {
 			t.Fatalf("Load mismatch (-want +got):\n%s", diff)
 		}
 		if got.OpsDone() != step {

@@ -172,8 +172,11 @@ func (c *Controller) next(ctx context.Context, q workqueue.TypedRateLimitingInte
 // sync runs one reconcile and records it; it returns when to run again.
 func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Time, error) {
 	obj, ok, err := nodes.GetByKey(c.NodeName)
-	if err != nil || !ok {
-		return time.Time{}, fmt.Errorf("node %s not in the cache (err %v)", c.NodeName, err)
+	switch {
+	case err != nil:
+		return time.Time{}, fmt.Errorf("node %s from the cache: %w", c.NodeName, err)
+	case !ok:
+		return time.Time{}, fmt.Errorf("node %s not in the cache", c.NodeName)
 	}
 	node, ok := obj.(*corev1.Node)
 	if !ok {
@@ -253,7 +256,7 @@ func (c *Controller) emit(node *corev1.Node, ev Event) {
 
 // RecordApplying sets carve.dev/state to applying alone, while an apply
 // runs: the Reconciler's BeforeApply hook.
-func (c *Controller) RecordApplying(ctx context.Context, profile string, _ []partition.GPUPlan) {
+func (c *Controller) RecordApplying(ctx context.Context, _ string, _ []partition.GPUPlan) {
 	c.patchState(ctx, carvev1.StateApplying)
 }
 

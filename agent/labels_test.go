@@ -51,6 +51,7 @@ func TestLabels(t *testing.T) {
 		{
 			name: "whole GPUs time-sliced, in a window",
 			in: func(t *testing.T) LabelInput {
+				t.Helper()
 				return LabelInput{Applied: "shared-4", Source: "window", Window: "nightly", State: carvev1.StateSuccess, GPUs: whole,
 					Resources: expand(t, whole, map[int]timeslice.Sharing{0: {Replicas: 4}, 1: {Replicas: 4}})}
 			},
@@ -64,6 +65,7 @@ func TestLabels(t *testing.T) {
 		{
 			name: "MIG with per-profile replicas, outside windows",
 			in: func(t *testing.T) LabelInput {
+				t.Helper()
 				gpus := []partition.GPU{migGPU}
 				return LabelInput{Applied: "balanced", Source: "label", State: carvev1.StatePending, GPUs: gpus,
 					Resources: expand(t, gpus, map[int]timeslice.Sharing{0: {MIGReplicas: map[string]int{"1g.10gb": 2}}})}
@@ -81,6 +83,7 @@ func TestLabels(t *testing.T) {
 		{
 			name: "GPU without MIG, nothing applied",
 			in: func(t *testing.T) LabelInput {
+				t.Helper()
 				gpus := []partition.GPU{l4}
 				return LabelInput{State: carvev1.StateFailed, GPUs: gpus, Resources: expand(t, gpus, nil)}
 			},
@@ -92,7 +95,7 @@ func TestLabels(t *testing.T) {
 		},
 		{
 			name: "no GPUs",
-			in: func(t *testing.T) LabelInput {
+			in: func(*testing.T) LabelInput {
 				return LabelInput{Applied: "full", Source: "default", State: carvev1.StateSuccess}
 			},
 			want: map[string]string{carvev1.LabelApplied: "full", carvev1.LabelSource: "default", carvev1.LabelState: "success"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -212,9 +213,7 @@ func (h *harness) record(res Result) {
 			}
 		}
 	}
-	for k, v := range res.Labels {
-		h.labels[k] = v
-	}
+	maps.Copy(h.labels, res.Labels)
 	a := res.Annotation
 	h.prev = &a
 }
@@ -348,10 +347,7 @@ func TestReconcileUnchangedWritesNothing(t *testing.T) {
 	firstAnn, _ := first.Annotation.Encode()
 	h.m.ResetOpLog()
 	h.now = h.now.Add(time.Hour)
-	curLabels := map[string]string{}
-	for k, v := range h.labels {
-		curLabels[k] = v
-	}
+	curLabels := maps.Clone(h.labels)
 	second := h.reconcile(f, nil, "balanced")
 	secondAnn, _ := second.Annotation.Encode()
 	if firstAnn != secondAnn {
@@ -536,9 +532,7 @@ func TestReconcileMixedFleet(t *testing.T) {
 			}
 			before, beforeRes := layout(h.gpus()), h.adv.counts()
 			h.m.ResetOpLog()
-			for k, v := range tt.labels {
-				h.labels[k] = v
-			}
+			maps.Copy(h.labels, tt.labels)
 
 			res := h.reconcile(f, nil, tt.profile)
 			if res.State != tt.wantState {

@@ -157,7 +157,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	// Wait for the other part; what it says after the stop is not news.
 	for ; got < 2; got++ {
-		<-errc
+		if late := <-errc; late != nil {
+			a.cfg.Logger.Debug("stopped after the first part", "err", late)
+		}
 	}
 	a.plugin.Stop()
 	return err

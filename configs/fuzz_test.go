@@ -114,6 +114,7 @@ windows:
 // oracleActive decides whether a window in a zone without clock changes is
 // active, with robfig/cron evaluated in the zone itself.
 func oracleActive(t *testing.T, w Window, at time.Time) (bool, bool) {
+	t.Helper()
 	if w.TimeZone != "UTC" && w.TimeZone != "Asia/Tokyo" {
 		return false, false
 	}

@@ -538,7 +538,11 @@ windows:
 			t.Fatalf("non-deterministic errors:\n%v\n---\n%v", err1, err2)
 		}
 	}
-	if n := len(err1.(*Error).Problems); n != 4 {
+	perr, ok := errors.AsType[*Error](err1)
+	if !ok {
+		t.Fatalf("error %T, want *Error", err1)
+	}
+	if n := len(perr.Problems); n != 4 {
 		t.Errorf("got %d problems, want 4:\n%v", n, err1)
 	}
 }

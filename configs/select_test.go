@@ -334,7 +334,9 @@ windows:
 // exactTime makes cmp compare times as == does: the same instant, location
 // and monotonic reading, where cmp would call time.Time.Equal, which looks
 // at the instant only.
-var exactTime = cmp.Comparer(func(a, b time.Time) bool { return a == b })
+var exactTime = cmp.Comparer(func(a, b time.Time) bool {
+	return a == b //nolint:revive,staticcheck // == on purpose, see above
+})
 
 func spansString(spans []Span) string {
 	var b strings.Builder

@@ -2,6 +2,7 @@ package configs
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -92,15 +93,7 @@ type GPUSelector struct {
 
 // Selects reports whether the selector names the GPU index.
 func (s GPUSelector) Selects(index int) bool {
-	if s.All {
-		return true
-	}
-	for _, i := range s.Indices {
-		if i == index {
-			return true
-		}
-	}
-	return false
+	return s.All || slices.Contains(s.Indices, index)
 }
 
 // MarshalJSON writes "all" or the list of indices.

@@ -243,9 +243,6 @@ type transition struct {
 	name     string
 	spec     string
 	from, to partition.Target
-	// partial, when set, turns the instance at this start into one with a
-	// partial compute instance before planning.
-	partial int
 }
 
 func setUp(t *testing.T, spec string, target partition.Target) *sim.Machine {

@@ -61,7 +61,7 @@ func ReadInventory(lib NVML) ([]GPU, error) {
 		return nil, fmt.Errorf("count GPUs: %w", err)
 	}
 	gpus := make([]GPU, 0, n)
-	for i := 0; i < n; i++ {
+	for i := range n {
 		d, err := lib.Device(i)
 		if err != nil {
 			return nil, fmt.Errorf("GPU %d: %w", i, err)

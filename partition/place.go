@@ -64,7 +64,7 @@ func Place(m Model, counts map[string]int) ([]Slot, error) {
 	if err != nil {
 		return nil, err
 	}
-	slots, ok := placeAround(m, groups, 0)
+	slots, ok := placeAround(groups, 0)
 	if !ok {
 		return nil, &PlaceError{Model: m.Key, Reason: "placement conflict: " + describeConflict(m, groups)}
 	}
@@ -286,7 +286,7 @@ func (s *searcher) run(i int, occupied uint64) bool {
 
 // placeAround places the groups on the memory slices not in occupied, and
 // returns the slots sorted by start.
-func placeAround(m Model, groups []group, occupied uint64) ([]Slot, bool) {
+func placeAround(groups []group, occupied uint64) ([]Slot, bool) {
 	s := newSearcher(groups)
 	if !s.run(0, occupied) {
 		return nil, false

@@ -45,7 +45,7 @@ func (r roles) counts(t *testing.T, spec string) map[string]int {
 	if spec == "" {
 		return out
 	}
-	for _, part := range strings.Split(spec, ",") {
+	for part := range strings.SplitSeq(spec, ",") {
 		var role string
 		n := 1
 		fields := strings.Fields(part)
@@ -367,7 +367,6 @@ func total(counts map[string]int) int {
 // placement for every instance, in the given order, and check the limits at
 // the end. It shares nothing with Place.
 func bruteForce(m partition.Model, counts map[string]int) bool {
-	var inst []partition.GIProfile
 	names := make([]string, 0, len(counts))
 	for name := range counts {
 		names = append(names, name)
@@ -382,12 +381,9 @@ func bruteForce(m partition.Model, counts map[string]int) bool {
 		if counts[name] > p.MaxCount {
 			return false
 		}
-		for range counts[name] {
-			inst = append(inst, p)
-			compute += p.ComputeSlices
-			if p.MediaExtensions {
-				me++
-			}
+		compute += counts[name] * p.ComputeSlices
+		if p.MediaExtensions {
+			me += counts[name]
 		}
 	}
 	if compute > m.ComputeSlices || me > 1 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -408,7 +409,7 @@ func (pl *gpuPlanner) planMIG(want map[string]int) error {
 	if err != nil {
 		return err
 	}
-	newSlots, ok := placeAround(m, groups, occupied)
+	newSlots, ok := placeAround(groups, occupied)
 	if !ok {
 		// chooseKept only returns kept sets that leave room for the rest.
 		return fmt.Errorf("internal error: kept instances leave no room: %w", ErrCannotPlace)
@@ -483,12 +484,7 @@ func (pl *gpuPlanner) keepable(in Instance, want map[string]int) bool {
 	if p.Name == "" || want[p.Name] <= 0 {
 		return false
 	}
-	for _, q := range p.Placements {
-		if q == in.Placement {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(p.Placements, in.Placement)
 }
 
 // keptSet is one candidate set of existing instances to keep.
@@ -581,7 +577,7 @@ func (pl *gpuPlanner) chooseKept(want map[string]int) []int {
 		return ks.members
 	}
 	var sets []keptSet
-	for mask := 0; mask < all; mask++ {
+	for mask := range all {
 		if ks, ok := build(mask); ok {
 			sets = append(sets, ks)
 		}
@@ -609,7 +605,7 @@ func (pl *gpuPlanner) roomForRest(want map[string]int, keep []int) bool {
 	if err != nil {
 		return false
 	}
-	_, ok := placeAround(pl.m, groups, occupied)
+	_, ok := placeAround(groups, occupied)
 	return ok
 }
 

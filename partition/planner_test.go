@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -493,7 +494,10 @@ func TestGPUPlanJSON(t *testing.T) {
 	g.MIGMode, g.PendingMIGMode = partition.MIGDisabled, partition.MIGDisabled
 	g.Instances = nil
 	p, _ = partition.PlanGPU(g, m, partition.Target{}, nil)
-	b, _ = json.Marshal(p)
+	b, err = json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(string(b), `"target":{"mig":null}`) || !strings.Contains(string(b), `"instances":[],"ops":[]`) {
 		t.Errorf("whole GPU JSON: %s", b)
 	}
@@ -501,7 +505,10 @@ func TestGPUPlanJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.Target.MIGEnabled() {
 		t.Errorf("round trip: %+v, %v", back, err)
 	}
-	op, _ := json.Marshal(partition.GPUPlan{Ops: []partition.Op{{Kind: partition.OpResetGPU, ProfileID: -1, GIID: -1, CIID: -1}}})
+	op, err := json.Marshal(partition.GPUPlan{Ops: []partition.Op{{Kind: partition.OpResetGPU, ProfileID: -1, GIID: -1, CIID: -1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(string(op), `{"kind":"reset-gpu","profileID":-1,"giID":-1,"ciID":-1}`) {
 		t.Errorf("GPU-wide op JSON: %s", op)
 	}
@@ -512,11 +519,8 @@ func TestGPUPlanJSON(t *testing.T) {
 // first, checked by the brute force with the subset's slices taken.
 func maxKeepable(m partition.Model, have []partition.Instance, want map[string]int) int {
 	best := 0
-	for mask := 0; mask < 1<<len(have); mask++ {
-		left := map[string]int{}
-		for k, v := range want {
-			left[k] = v
-		}
+	for mask := range 1 << len(have) {
+		left := maps.Clone(want)
 		used := make([]bool, m.MemorySlices)
 		n, ok := 0, true
 		for i, x := range have {
@@ -650,6 +654,7 @@ func TestPlanGPUKeepsMost(t *testing.T) {
 // different geometry on every GPU, and a "balanced" target for all of them
 // that keeps some instances and re-makes others; two instances are in use.
 func dgxTransition(b testing.TB) ([]partition.GPU, map[int]partition.Model, map[int]partition.Target, map[string]bool) {
+	b.Helper()
 	m := mustModel(b, "H100-80GB")
 	have := [][]map[string]int{
 		{{"1g.10gb": 7}}, {{"3g.40gb": 2}}, {{"4g.40gb": 1, "3g.40gb": 1}}, {{"2g.20gb": 3, "1g.10gb": 1}},

@@ -209,7 +209,7 @@ func (m *Manager) Withdraw(ctx context.Context, ids []string) error {
 	}
 	for _, name := range m.sortedNamesLocked() {
 		s := m.servers[name]
-		_, v, open := s.refresh(m.isWithdrawnLocked, m.isHealthyLocked)
+		v, open := s.refresh(m.isWithdrawnLocked, m.isHealthyLocked)
 		// Wait also where the devices were withdrawn before: an earlier
 		// Withdraw may have given up before its lists were sent.
 		if s.holds(asked) {
@@ -315,17 +315,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		m.reconcileLoop(ctx)
-	}()
+	wg.Go(func() { m.reconcileLoop(ctx) })
 	if m.opts.NVML != nil && !m.opts.Health.Disabled {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.healthLoop(ctx)
-		}()
+		wg.Go(func() { m.healthLoop(ctx) })
 	}
 	kubelet := filepath.Join(m.opts.DevicePluginDir, m.opts.KubeletSocket)
 	for {

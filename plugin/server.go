@@ -140,7 +140,7 @@ func (s *server) setDevices(devs []timeslice.Device) {
 // withdrawals and health (the caller holds m.mu) and, if it changed, bumps
 // the version and wakes every stream. It returns the version now current
 // and the streams open.
-func (s *server) refresh(withdrawn func(timeslice.Device) bool, healthy func(timeslice.Device) bool) (changed bool, version uint64, open []*stream) {
+func (s *server) refresh(withdrawn func(timeslice.Device) bool, healthy func(timeslice.Device) bool) (version uint64, open []*stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	adv := make([]advertised, 0, len(s.entries))
@@ -156,7 +156,6 @@ func (s *server) refresh(withdrawn func(timeslice.Device) bool, healthy func(tim
 	if s.resp == nil || !slices.Equal(adv, s.adv) {
 		s.adv, s.resp = adv, listResponse(adv)
 		s.version++
-		changed = true
 		for st := range s.streams {
 			select {
 			case st.notify <- struct{}{}:
@@ -167,7 +166,7 @@ func (s *server) refresh(withdrawn func(timeslice.Device) bool, healthy func(tim
 	for st := range s.streams {
 		open = append(open, st)
 	}
-	return changed, s.version, open
+	return s.version, open
 }
 
 func listResponse(adv []advertised) *pluginapi.ListAndWatchResponse {

@@ -83,7 +83,7 @@ func Expand(gpus []partition.GPU, sharing map[int]Sharing) (Resources, error) {
 			return nil
 		}
 		d.FailRequestsGreaterThanOne = s.FailRequestsGreaterThanOne
-		for i := 0; i < n; i++ {
+		for i := range n {
 			d.ID, d.Replica = ReplicaID(uuid, i), i
 			res[name] = append(res[name], d)
 		}

@@ -7,8 +7,8 @@ import (
 
 func TestSharingEqual(t *testing.T) {
 	base := Sharing{Replicas: 2, MIGReplicas: map[string]int{"1g.10gb": 4}, RenameShared: true, FailRequestsGreaterThanOne: true}
-	if !base.Equal(base) {
-		t.Fatal("a setting differs from itself")
+	if same := base; !base.Equal(same) {
+		t.Fatal("a setting differs from a copy of itself")
 	}
 	if !(Sharing{MIGReplicas: map[string]int{}}).Equal(Sharing{}) {
 		t.Error("an empty MIGReplicas differs from a nil one")

@@ -55,7 +55,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	plan, err := want.Plan(node, nil)
 	if err != nil {
 		fmt.Fprintf(stdout, "profile %s cannot be realised on %s:\n", *profile, *gpus)
-		for _, line := range strings.Split(err.Error(), "\n") {
+		for line := range strings.SplitSeq(err.Error(), "\n") {
 			fmt.Fprintf(stdout, "  %s\n", line)
 		}
 		return exitError{1}

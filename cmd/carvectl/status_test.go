@@ -54,10 +54,9 @@ func gpuARecord() carvev1.NodeRecord {
 // onlyFields makes cmp compare nodeStatus rows on the named fields alone.
 func onlyFields(names ...string) cmp.Option {
 	var ignore []string
-	t := reflect.TypeFor[nodeStatus]()
-	for i := range t.NumField() {
-		if name := t.Field(i).Name; !slices.Contains(names, name) {
-			ignore = append(ignore, name)
+	for f := range reflect.TypeFor[nodeStatus]().Fields() {
+		if !slices.Contains(names, f.Name) {
+			ignore = append(ignore, f.Name)
 		}
 	}
 	return cmpopts.IgnoreFields(nodeStatus{}, ignore...)
@@ -67,6 +66,7 @@ func onlyFields(names ...string) cmp.Option {
 // gpu-a, gpu-c and gpu-f carry no selection in the annotation (an older
 // agent, or none): status falls back to the labels.
 func statusNodes(t *testing.T) []runtime.Object {
+	t.Helper()
 	return []runtime.Object{
 		gpuNode("gpu-a", map[string]string{
 			carvev1.LabelState: carvev1.StateSuccess, carvev1.LabelApplied: "balanced", carvev1.LabelSource: "rule", "pool": "inference",

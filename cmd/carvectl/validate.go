@@ -65,8 +65,7 @@ func loadFile(path string, stdout io.Writer) (*configs.File, error) {
 // reportProblems prints one line per problem, prefixed with the file name,
 // and returns exit code 1.
 func reportProblems(path string, err error, stdout io.Writer) error {
-	var cerr *configs.Error
-	if errors.As(err, &cerr) {
+	if cerr, ok := errors.AsType[*configs.Error](err); ok {
 		for _, p := range cerr.Problems {
 			fmt.Fprintf(stdout, "%s: %s: %s\n", filepath.Base(path), p.Path, p.Message)
 		}

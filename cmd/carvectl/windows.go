@@ -69,7 +69,7 @@ func parseLabels(s string) (map[string]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return out, nil
 	}
-	for _, kv := range strings.Split(s, ",") {
+	for kv := range strings.SplitSeq(s, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok || k == "" {
 			return nil, fmt.Errorf("--node-labels: %q is not key=value", kv)

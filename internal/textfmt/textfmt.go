@@ -45,7 +45,7 @@ func GPUs(idx []int) string {
 // space.
 func OneLine(s string) string {
 	var parts []string
-	for _, l := range strings.Split(s, "\n") {
+	for l := range strings.SplitSeq(s, "\n") {
 		if l = strings.Join(strings.Fields(l), " "); l != "" {
 			parts = append(parts, l)
 		}
