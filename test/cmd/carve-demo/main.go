@@ -109,38 +109,15 @@ func main() {
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
-	data, err := os.ReadFile(o.profiles)
+	f, data, agentBin, err := prepare(o)
 	if err != nil {
 		return err
-	}
-	f, err := configs.Parse(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.profiles, err)
-	}
-	for _, s := range o.steps {
-		if _, ok := f.Profiles[s]; !ok {
-			return fmt.Errorf("--steps: %s has no profile %q", o.profiles, s)
-		}
-	}
-	agentBin, err := filepath.Abs(o.agentBin)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(agentBin); err != nil {
-		return fmt.Errorf("--agent: %w (build it with make build)", err)
-	}
-	if err := cluster.Available(); err != nil {
-		return fmt.Errorf("the local cluster cannot run here: %w (run as root: sudo make demo)", err)
 	}
 	d := &demo{o: o, out: out, file: f, data: string(data)}
 	d.printf("carve demo: a real single-node Kubernetes %s with simulated GPUs (%s)\n\n", cluster.KubernetesVersion, o.gpus)
-
-	d.printf("[1/3] starting the local cluster (the first run on a machine builds Kubernetes, about 8 minutes)\n")
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
-	c, err := cluster.Start(startCtx, cluster.Options{NodeName: nodeName, Log: indent(out, "      "), HandleSignals: true, Owner: "carve-demo"})
+	c, err := d.startCluster(ctx)
 	if err != nil {
-		return fmt.Errorf("start the cluster: %w", err)
+		return err
 	}
 	defer func() {
 		d.printf("\nstopping the cluster\n")
@@ -148,32 +125,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			fmt.Fprintln(os.Stderr, "carve-demo: stop the cluster:", err)
 		}
 	}()
-	d.cs = c.Clientset()
-	d.printf("      node %s Ready in %s\n\n", c.NodeName(), c.StartupTime().Round(100*time.Millisecond))
-
-	d.printf("[2/3] profiles: %s -> ConfigMap %s/%s\n", o.profiles, cmNamespace, cmName)
-	if err := harness.ApplyProfiles(ctx, d.cs, cmNamespace, cmName, d.data); err != nil {
+	if err := d.loadProfiles(ctx); err != nil {
 		return err
 	}
-	names := slices.Sorted(maps.Keys(f.Profiles))
-	d.printf("      %d profiles: %s; default %s\n\n", len(names), strings.Join(names, ", "), f.DefaultProfile)
-
-	work, err := os.MkdirTemp("", "carve-demo-")
-	if err != nil {
-		return err
-	}
-	d.statePath = filepath.Join(work, "sim-state.json")
-	logPath := filepath.Join(work, "agent.log")
-	args := []string{
-		"--node-name", c.NodeName(), "--kubeconfig", c.Kubeconfig(), "--config-map", cmNamespace + "/" + cmName,
-		"--gpus", o.gpus, "--sim-state", d.statePath, "--state-dir", filepath.Join(work, "state"),
-		"--device-plugin-dir", c.DevicePluginDir(), "--pod-resources-socket", c.PodResourcesSocket(),
-		"--metrics-addr", metricsAddr,
-	}
-	d.printf("[3/3] carve-agent %s\n", strings.Join(args, " "))
-	d.printf("      log: %s\n", logPath)
-	started := time.Now()
-	proc, err := harness.Start(agentBin, args, nil, logPath)
+	proc, logPath, err := d.startAgent(ctx, c, agentBin)
 	if err != nil {
 		return err
 	}
@@ -182,15 +137,6 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			fmt.Fprintf(os.Stderr, "carve-demo: carve-agent stopped with code %d (%v); log %s\n", code, err, logPath)
 		}
 	}()
-	n, err := harness.WaitNodeEvery(ctx, d.cs, c.NodeName(), 10*time.Millisecond, 2*time.Minute, "state success", func(n *corev1.Node) bool {
-		return n.Labels[carvev1.LabelState] == carvev1.StateSuccess
-	})
-	if err != nil {
-		return d.agentFailed(proc, logPath, err)
-	}
-	d.printf("      ready in %s: profile %s (%s) in force\n", time.Since(started).Round(10*time.Millisecond),
-		n.Labels[carvev1.LabelApplied], n.Labels[carvev1.LabelSource])
-
 	for i, profile := range o.steps {
 		if err := d.step(ctx, i+1, profile); err != nil {
 			if proc.Exited() {
@@ -202,14 +148,110 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	d.summary()
 	d.printf("\n  The GPUs are simulated: MIG operations take microseconds here, and far\n  longer on real GPUs; the rest (the agent, kubelet, scheduler) is real.\n")
 	if o.keep {
-		d.printf("\nthe cluster and carve-agent keep running; in another shell:\n")
-		d.printf("  export KUBECONFIG=%s\n", c.Kubeconfig())
-		d.printf("  kubectl label node %s carve.dev/profile=all-1g --overwrite    # or use bin/carve-cluster kubectl ...\n", c.NodeName())
-		d.printf("  go run ./cmd/carvectl status --kubeconfig %s\n", c.Kubeconfig())
-		d.printf("Ctrl-C stops everything.\n")
-		<-ctx.Done()
+		d.keepRunning(ctx, c)
 	}
 	return nil
+}
+
+// prepare reads and checks the profile file and the agent binary, and
+// that a cluster can run here, before anything starts.
+func prepare(o options) (*configs.File, []byte, string, error) {
+	data, err := os.ReadFile(o.profiles)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	f, err := configs.Parse(data)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("%s: %w", o.profiles, err)
+	}
+	for _, s := range o.steps {
+		if _, ok := f.Profiles[s]; !ok {
+			return nil, nil, "", fmt.Errorf("--steps: %s has no profile %q", o.profiles, s)
+		}
+	}
+	agentBin, err := filepath.Abs(o.agentBin)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if _, err := os.Stat(agentBin); err != nil {
+		return nil, nil, "", fmt.Errorf("--agent: %w (build it with make build)", err)
+	}
+	if err := cluster.Available(); err != nil {
+		return nil, nil, "", fmt.Errorf("the local cluster cannot run here: %w (run as root: sudo make demo)", err)
+	}
+	return f, data, agentBin, nil
+}
+
+// startCluster starts the local cluster: step 1.
+func (d *demo) startCluster(ctx context.Context) (*cluster.Cluster, error) {
+	d.printf("[1/3] starting the local cluster (the first run on a machine builds Kubernetes, about 8 minutes)\n")
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(startCtx, cluster.Options{NodeName: nodeName, Log: indent(d.out, "      "), HandleSignals: true, Owner: "carve-demo"})
+	if err != nil {
+		return nil, fmt.Errorf("start the cluster: %w", err)
+	}
+	d.cs = c.Clientset()
+	d.printf("      node %s Ready in %s\n\n", c.NodeName(), c.StartupTime().Round(100*time.Millisecond))
+	return c, nil
+}
+
+// loadProfiles puts the profile file into the ConfigMap: step 2.
+func (d *demo) loadProfiles(ctx context.Context) error {
+	d.printf("[2/3] profiles: %s -> ConfigMap %s/%s\n", d.o.profiles, cmNamespace, cmName)
+	if err := harness.ApplyProfiles(ctx, d.cs, cmNamespace, cmName, d.data); err != nil {
+		return err
+	}
+	names := slices.Sorted(maps.Keys(d.file.Profiles))
+	d.printf("      %d profiles: %s; default %s\n\n", len(names), strings.Join(names, ", "), d.file.DefaultProfile)
+	return nil
+}
+
+// startAgent starts the carve-agent binary and waits for its first
+// success: step 3. It returns the process and its log's path.
+func (d *demo) startAgent(ctx context.Context, c *cluster.Cluster, agentBin string) (*harness.Process, string, error) {
+	work, err := os.MkdirTemp("", "carve-demo-")
+	if err != nil {
+		return nil, "", err
+	}
+	d.statePath = filepath.Join(work, "sim-state.json")
+	logPath := filepath.Join(work, "agent.log")
+	args := []string{
+		"--node-name", c.NodeName(), "--kubeconfig", c.Kubeconfig(), "--config-map", cmNamespace + "/" + cmName,
+		"--gpus", d.o.gpus, "--sim-state", d.statePath, "--state-dir", filepath.Join(work, "state"),
+		"--device-plugin-dir", c.DevicePluginDir(), "--pod-resources-socket", c.PodResourcesSocket(),
+		"--metrics-addr", metricsAddr,
+	}
+	d.printf("[3/3] carve-agent %s\n", strings.Join(args, " "))
+	d.printf("      log: %s\n", logPath)
+	started := time.Now()
+	proc, err := harness.Start(agentBin, args, nil, logPath)
+	if err != nil {
+		return nil, "", err
+	}
+	n, err := harness.WaitNodeEvery(ctx, d.cs, c.NodeName(), 10*time.Millisecond, 2*time.Minute, "state success", func(n *corev1.Node) bool {
+		return n.Labels[carvev1.LabelState] == carvev1.StateSuccess
+	})
+	if err != nil {
+		err = d.agentFailed(proc, logPath, err)
+		if code, serr := proc.Stop(); serr != nil || code != 0 {
+			fmt.Fprintf(os.Stderr, "carve-demo: carve-agent stopped with code %d (%v); log %s\n", code, serr, logPath)
+		}
+		return nil, "", err
+	}
+	d.printf("      ready in %s: profile %s (%s) in force\n", time.Since(started).Round(10*time.Millisecond),
+		n.Labels[carvev1.LabelApplied], n.Labels[carvev1.LabelSource])
+	return proc, logPath, nil
+}
+
+// keepRunning tells how to explore the cluster and waits for Ctrl-C.
+func (d *demo) keepRunning(ctx context.Context, c *cluster.Cluster) {
+	d.printf("\nthe cluster and carve-agent keep running; in another shell:\n")
+	d.printf("  export KUBECONFIG=%s\n", c.Kubeconfig())
+	d.printf("  kubectl label node %s carve.dev/profile=all-1g --overwrite    # or use bin/carve-cluster kubectl ...\n", c.NodeName())
+	d.printf("  go run ./cmd/carvectl status --kubeconfig %s\n", c.Kubeconfig())
+	d.printf("Ctrl-C stops everything.\n")
+	<-ctx.Done()
 }
 
 func (d *demo) agentFailed(proc *harness.Process, logPath string, err error) error {
