@@ -57,8 +57,13 @@ fuzz:
 	done
 
 ## e2e: tests against a real local Kubernetes (needs root; installs packages;
-##      the first run builds Kubernetes, ~8 min). CARVE_E2E=0 skips them.
+##      the first run builds Kubernetes, ~8 min). They run, or fail saying
+##      why; CARVE_E2E=0 asks for the test module's unit tests only.
 e2e:
+	@case "$${CARVE_E2E:-}" in 0|false|no) echo "CARVE_E2E=$$CARVE_E2E: end-to-end tests skipped, as asked";; \
+	*) if [ "$$(id -u)" != 0 ]; then \
+		echo "make e2e: the end-to-end tests need root (a local Kubernetes: containers, mounts, cgroups);" >&2; \
+		echo "  run them with 'sudo -E make test', or the unit tests only with 'CARVE_E2E=0 make test'" >&2; exit 1; fi;; esac
 	cd test && $(GO) test -count=1 -timeout 45m ./...
 
 ## test: everything CI runs

@@ -254,3 +254,33 @@ func TestKubernetesVersionMatchesGoMod(t *testing.T) {
 		}
 	}
 }
+
+// TestSkipReason: end-to-end tests are skipped only when CARVE_E2E asks for
+// it; where they cannot run, they fail saying why.
+func TestSkipReason(t *testing.T) {
+	noRoot := errors.New("a local cluster needs root")
+	tests := []struct {
+		env         string
+		unavailable error
+		skip, fail  bool
+		words       string
+	}{
+		{env: "", unavailable: nil},
+		{env: "1", unavailable: nil},
+		{env: "", unavailable: noRoot, fail: true, words: "sudo -E make test"},
+		{env: "1", unavailable: noRoot, fail: true, words: "CARVE_E2E=0"},
+		{env: "yes", unavailable: noRoot, fail: true, words: "needs root"},
+		{env: "0", unavailable: noRoot, skip: true, words: "as asked"},
+		{env: "false", unavailable: nil, skip: true, words: "as asked"},
+		{env: "no", unavailable: nil, skip: true, words: "as asked"},
+	}
+	for _, tt := range tests {
+		reason, fail := skipReason(tt.env, tt.unavailable)
+		if fail != tt.fail || (reason != "") != (tt.skip || tt.fail) {
+			t.Errorf("CARVE_E2E=%q, unavailable %v: reason %q, fail %v; want skip %v, fail %v", tt.env, tt.unavailable, reason, fail, tt.skip, tt.fail)
+		}
+		if !strings.Contains(reason, tt.words) {
+			t.Errorf("CARVE_E2E=%q: reason %q lacks %q", tt.env, reason, tt.words)
+		}
+	}
+}
