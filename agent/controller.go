@@ -286,5 +286,6 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, holders []plu
 			continue
 		}
 		c.logger().Info("evicted", "pod", key)
+		c.emit(node, Event{Reason: carvev1.ReasonEvicted, Message: fmt.Sprintf("evicted pod %s through the Eviction API: it holds devices a change removes", key)})
 	}
 }

@@ -2,17 +2,26 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/google/go-cmp/cmp"
+
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/plugin"
 )
 
 // waitNode polls the fake API server until cond holds for the Node.
@@ -118,5 +127,83 @@ func TestControllerRecordsOnTheNode(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no ConfigRejected warning")
 		}
+	}
+}
+
+// TestControllerEvict: each pod holding devices is evicted once, through the
+// Eviction API; a refusal (a PodDisruptionBudget) is a Warning Event, an
+// accepted eviction a Normal one.
+func TestControllerEvict(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	client := fake.NewClientset(node)
+	var evicted []string
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev, ok := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		if !ok {
+			return true, nil, fmt.Errorf("eviction of %T", a.(k8stesting.CreateAction).GetObject())
+		}
+		key := ev.Namespace + "/" + ev.Name
+		evicted = append(evicted, key)
+		if ev.Name == "guarded" {
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+		}
+		return true, nil, nil
+	})
+	events := record.NewFakeRecorder(10)
+	c := &Controller{Client: client, NodeName: "node-1", Events: events, Logger: slog.New(slog.DiscardHandler)}
+	c.evict(context.Background(), node, []plugin.Assignment{
+		{Namespace: "ml", Pod: "train", Container: "a", UUIDs: []string{"MIG-1"}},
+		{Namespace: "ml", Pod: "train", Container: "b", UUIDs: []string{"MIG-2"}},
+		{Namespace: "ml", Pod: "guarded", Container: "a", UUIDs: []string{"MIG-3"}},
+	})
+	if diff := cmp.Diff([]string{"ml/train", "ml/guarded"}, evicted); diff != "" {
+		t.Errorf("evictions asked for (-want +got):\n%s", diff)
+	}
+	var got []string
+	for range 2 {
+		select {
+		case e := <-events.Events:
+			got = append(got, e)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events %q, want 2", got)
+		}
+	}
+	want := []string{
+		"Normal Evicted evicted pod ml/train through the Eviction API: it holds devices a change removes",
+		"Warning Evicting evicting pod ml/guarded refused: Cannot evict pod as it would violate the pod's disruption budget.",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestControllerPatchState: while an apply runs, only carve.dev/state
+// changes on the Node.
+func TestControllerPatchState(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{
+		carvev1.LabelState: carvev1.StateSuccess, carvev1.LabelApplied: "full", "pool": "a",
+	}}}
+	client := fake.NewClientset(node)
+	c := &Controller{Client: client, NodeName: "node-1", Logger: slog.New(slog.DiscardHandler)}
+	c.RecordApplying(context.Background(), "balanced", nil)
+	n, err := client.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{carvev1.LabelState: carvev1.StateApplying, carvev1.LabelApplied: "full", "pool": "a"}
+	if diff := cmp.Diff(want, n.Labels); diff != "" {
+		t.Errorf("labels after RecordApplying (-want +got):\n%s", diff)
+	}
+	var patches int
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" {
+			patches++
+		}
+	}
+	if patches != 1 {
+		t.Errorf("%d patches, want 1", patches)
 	}
 }

@@ -18,6 +18,9 @@ const (
 	// ReasonEvicting (Normal, or Warning when an eviction is refused):
 	// pods holding devices a change removes are being evicted.
 	ReasonEvicting = "Evicting"
+	// ReasonEvicted (Normal): the Eviction API accepted the eviction of a
+	// pod that held devices a change removes.
+	ReasonEvicted = "Evicted"
 	// ReasonBlocked (Warning): devices in use block a change and the
 	// drain policy is fail.
 	ReasonBlocked = "Blocked"
