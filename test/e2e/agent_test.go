@@ -150,6 +150,7 @@ func startAgent(t *testing.T, c *cluster.Cluster, m *sim.Machine, mod func(*agen
 
 // testCtx is a context for one test, ended when it ends.
 func testCtx(t *testing.T, limit time.Duration) context.Context {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)
 	return ctx

@@ -221,11 +221,11 @@ func checkServing(ctx context.Context, addr string) error {
 		return resp.StatusCode, string(b), err
 	}
 	if code, body, err := get("/readyz"); err != nil || code != http.StatusOK {
-		return fmt.Errorf("/readyz: %d %q (err %v)", code, body, err)
+		return fmt.Errorf("/readyz: %d %q: %w", code, body, err)
 	}
 	code, body, err := get("/metrics")
 	if err != nil || code != http.StatusOK {
-		return fmt.Errorf("/metrics: %d (err %v)", code, err)
+		return fmt.Errorf("/metrics: %d: %w", code, err)
 	}
 	for _, name := range []string{"carve_agent_reconciles_total", "carve_agent_devices_advertised"} {
 		if !strings.Contains(body, name) {

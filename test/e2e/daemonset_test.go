@@ -95,7 +95,7 @@ func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 	err := harness.Poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
 		ds, err := cs.AppsV1().DaemonSets(deployNS).Get(ctx, deploySA, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, harness.Retry(err)
 		}
 		st := ds.Status
 		return st.DesiredNumberScheduled == 1 && st.NumberReady == 1 && st.NumberAvailable == 1, nil
@@ -156,7 +156,7 @@ func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 		if err != nil {
 			t.Fatalf("agent log: %v", err)
 		}
-		for _, line := range strings.Split(string(log), "\n") {
+		for line := range strings.SplitSeq(string(log), "\n") {
 			if strings.Contains(strings.ToLower(line), "forbidden") {
 				t.Errorf("the agent was refused an API call: %s", line)
 			}
@@ -360,8 +360,7 @@ func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		for i := len(created) - 1; i >= 0; i-- {
-			o := created[i]
+		for _, o := range slices.Backward(created) {
 			r, err := resource(o)
 			if err == nil {
 				err = r.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
@@ -410,7 +409,7 @@ func waitAgentGone(ctx context.Context, cs kubernetes.Interface) error {
 	err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		list, err := cs.CoreV1().Pods(deployNS).List(ctx, metav1.ListOptions{LabelSelector: agentPods})
 		if err != nil {
-			return false, nil
+			return false, harness.Retry(err)
 		}
 		left = left[:0]
 		for _, p := range list.Items {
@@ -449,7 +448,7 @@ func waitAgentPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 	err := harness.Poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		list, err := cs.CoreV1().Pods(deployNS).List(ctx, metav1.ListOptions{LabelSelector: agentPods})
 		if err != nil || len(list.Items) == 0 {
-			return false, nil
+			return false, harness.Retry(err)
 		}
 		if len(list.Items) > 1 {
 			return false, fmt.Errorf("%d DaemonSet pods on a one-node cluster", len(list.Items))

@@ -3,10 +3,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +66,7 @@ func renderDeploy(t *testing.T) []*unstructured.Unstructured {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
 		o := &unstructured.Unstructured{}
-		if err := dec.Decode(&o.Object); err == io.EOF {
+		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			t.Fatalf("kubectl kustomize %s: decode: %v", deployDir, err)
@@ -211,8 +213,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for i := len(created) - 1; i >= 0; i-- {
-			o := created[i]
+		for _, o := range slices.Backward(created) {
 			if err := resource(o).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("clean up %s %s: %v", o.GetKind(), o.GetName(), err)
 			}

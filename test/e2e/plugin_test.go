@@ -163,7 +163,7 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 		err := harness.Poll(ctx, 60*time.Second, func(ctx context.Context) (bool, error) {
 			p, err := cs.CoreV1().Pods("default").Get(ctx, "too-many", metav1.GetOptions{})
 			if err != nil {
-				return false, nil
+				return false, harness.Retry(err)
 			}
 			if p.Status.Phase != corev1.PodPending {
 				return false, fmt.Errorf("phase %s, want Pending", p.Status.Phase)
@@ -188,7 +188,7 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 		err := harness.Poll(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
 			u, err := client.InUse(ctx)
 			if err != nil {
-				return false, nil
+				return false, harness.Retry(err)
 			}
 			inUse = u
 			for _, a := range u.Assignments {

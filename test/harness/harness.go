@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -26,7 +27,8 @@ import (
 const ResourcePrefix = "nvidia.com/"
 
 // Poll calls cond every 250 ms until it returns true or an error, or limit
-// passes (an error that says so).
+// passes (an error that says so). An error cond marks with Retry keeps it
+// polling; the last such error is named when time runs out.
 func Poll(ctx context.Context, limit time.Duration, cond func(context.Context) (bool, error)) error {
 	return PollEvery(ctx, 250*time.Millisecond, limit, cond)
 }
@@ -35,18 +37,41 @@ func Poll(ctx context.Context, limit time.Duration, cond func(context.Context) (
 func PollEvery(ctx context.Context, every, limit time.Duration, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
+	var transient error
 	for {
 		ok, err := cond(ctx)
-		if err != nil || ok {
+		var r retryError
+		switch {
+		case errors.As(err, &r):
+			transient = r.err
+		case err != nil || ok:
 			return err
 		}
 		select {
 		case <-ctx.Done():
+			if transient != nil {
+				return fmt.Errorf("gave up after %s (last transient error: %w): %w", limit, transient, ctx.Err())
+			}
 			return fmt.Errorf("gave up after %s: %w", limit, ctx.Err())
 		case <-time.After(every):
 		}
 	}
 }
+
+// Retry marks err as transient for Poll (an API server restarting, an
+// object not there yet): Poll goes on and names err only if time runs out.
+// Retry(nil) is nil.
+func Retry(err error) error {
+	if err == nil {
+		return nil
+	}
+	return retryError{err: err}
+}
+
+type retryError struct{ err error }
+
+func (r retryError) Error() string { return "transient: " + r.err.Error() }
+func (r retryError) Unwrap() error { return r.err }
 
 // DevicePod is a pod in namespace default that asks for n devices of a
 // resource and writes the devices it was given (NVIDIA_VISIBLE_DEVICES) to
@@ -123,7 +148,7 @@ func PodMessage(ctx context.Context, cs kubernetes.Interface, namespace, name st
 	err := Poll(ctx, limit, func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, Retry(err)
 		}
 		phase = p.Status.Phase
 		if phase == corev1.PodFailed {
@@ -161,7 +186,7 @@ func WaitAllocatable(ctx context.Context, cs kubernetes.Interface, node string, 
 	err := Poll(ctx, limit, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			return false, nil // the API server may be restarting
+			return false, Retry(err) // the API server may be restarting
 		}
 		last = Allocatable(n)
 		return maps.Equal(last, want), nil
@@ -209,7 +234,7 @@ func WaitNodeEvery(ctx context.Context, cs kubernetes.Interface, node string, ev
 	err := PollEvery(ctx, every, limit, func(ctx context.Context) (bool, error) {
 		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, Retry(err)
 		}
 		last = n
 		return cond(n), nil
@@ -354,7 +379,7 @@ func WaitEvent(ctx context.Context, cs kubernetes.Interface, node, reason, subst
 	err := Poll(ctx, limit, func(ctx context.Context) (bool, error) {
 		evs, err := NodeEvents(ctx, cs, node, reason)
 		if err != nil {
-			return false, nil
+			return false, Retry(err)
 		}
 		seen = seen[:0]
 		for _, e := range evs {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -34,12 +35,7 @@ func RepoRoot(dir string) (string, error) {
 }
 
 func isCarveModule(gomod []byte) bool {
-	for _, line := range strings.Split(string(gomod), "\n") {
-		if line == "module github.com/carve-dev/carve" {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(string(gomod), "\n"), "module github.com/carve-dev/carve")
 }
 
 // TestHooksTag is the build tag that compiles carve-agent's test hooks
@@ -95,18 +91,17 @@ func Start(path string, args, env []string, logPath string) (*Process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s: log: %w", filepath.Base(path), err)
 	}
-	cmd := exec.Command(path, args...)
+	// The process lives until Stop or Kill, not as long as some context.
+	cmd := exec.CommandContext(context.Background(), path, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		log.Close()
-		return nil, fmt.Errorf("start %s: %w", filepath.Base(path), err)
+		return nil, errors.Join(fmt.Errorf("start %s: %w", filepath.Base(path), err), log.Close())
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{}), log: log}
 	go func() {
-		p.err = cmd.Wait()
-		log.Close()
+		p.err = errors.Join(cmd.Wait(), log.Close())
 		close(p.done)
 	}()
 	return p, nil
@@ -132,11 +127,10 @@ func (p *Process) Wait(limit time.Duration) (int, error) {
 			return 0, fmt.Errorf("after %s: %w", limit, ErrNotExited)
 		}
 	}
-	var ee *exec.ExitError
 	if p.err == nil {
 		return 0, nil
 	}
-	if errors.As(p.err, &ee) {
+	if ee, ok := errors.AsType[*exec.ExitError](p.err); ok {
 		return ee.ExitCode(), nil
 	}
 	return 0, p.err
