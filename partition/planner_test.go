@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -514,15 +515,40 @@ func TestGPUPlanJSON(t *testing.T) {
 	}
 }
 
-// maxKeepable finds, the dumb way, the most existing instances that can stay
-// while the rest of want is placed around them: every subset, largest
-// first, checked by the brute force with the subset's slices taken.
-func maxKeepable(m partition.Model, have []partition.Instance, want map[string]int) int {
-	best := 0
+// Kept-instance classes, in the planner's order of preference: instances in
+// use, then complete ones, then incomplete GPU instances.
+const (
+	classBusy = iota
+	classComplete
+	classIncomplete
+)
+
+// keepClass returns the class of an existing instance.
+func keepClass(x partition.Instance, inUse map[string]bool) int {
+	for _, ci := range x.CIs {
+		if inUse[ci.UUID] {
+			return classBusy
+		}
+	}
+	if x.Complete() {
+		return classComplete
+	}
+	return classIncomplete
+}
+
+// bestKept finds, the dumb way, the best set of existing instances that can
+// stay while the rest of want is placed around them: every subset is
+// checked by the brute force with the subset's slices taken, and scored by
+// how many instances of each class it keeps; the lexicographically highest
+// score wins (so, with nothing in use and every instance complete, its
+// classComplete entry is the most instances that can stay).
+func bestKept(m partition.Model, have []partition.Instance, inUse map[string]bool, want map[string]int) [3]int {
+	var best [3]int
 	for mask := range 1 << len(have) {
 		left := maps.Clone(want)
 		used := make([]bool, m.MemorySlices)
-		n, ok := 0, true
+		var score [3]int
+		ok := true
 		for i, x := range have {
 			if mask&(1<<i) == 0 {
 				continue
@@ -532,12 +558,13 @@ func maxKeepable(m partition.Model, have []partition.Instance, want map[string]i
 				ok = false
 			}
 			for s := x.Placement.Start; s < x.Placement.End(); s++ {
+				ok = ok && !used[s]
 				used[s] = true
 			}
-			n++
+			score[keepClass(x, inUse)]++
 		}
-		if ok && n > best && bruteForceAround(m, left, used) {
-			best = n
+		if ok && slices.Compare(score[:], best[:]) > 0 && bruteForceAround(m, left, used) {
+			best = score
 		}
 	}
 	return best
@@ -593,60 +620,275 @@ func feasibleSets(m partition.Model) []map[string]int {
 	return out
 }
 
-// TestPlanGPUKeepsMost plans random A -> B transitions on every model and
-// checks against a brute force that the plan keeps as many instances as
-// possible, that the final instances are a valid placement of B, and that
-// the ops touch exactly the instances that go.
+// randomLayout places instances of random profiles at random valid
+// placements of m, as the hardware allows them (placements of the profile,
+// no overlap, at most MaxCount of a profile, the compute slices, one +me),
+// with distinct random GI IDs. About one in eight has no compute instance
+// and one in eight a partial one.
+func randomLayout(rng *rand.Rand, m partition.Model) []in {
+	var out []in
+	var used uint64
+	count := map[string]int{}
+	compute, me := 0, 0
+	ids := rng.Perm(14)
+	for range 2 + rng.IntN(14) {
+		p := m.Profiles[rng.IntN(len(m.Profiles))]
+		at := p.Placements[rng.IntN(len(p.Placements))]
+		mask := uint64(1)<<at.End() - uint64(1)<<at.Start
+		if used&mask != 0 || count[p.Name] >= p.MaxCount || compute+p.ComputeSlices > m.ComputeSlices || (p.MediaExtensions && me > 0) {
+			continue
+		}
+		used |= mask
+		count[p.Name]++
+		compute += p.ComputeSlices
+		if p.MediaExtensions {
+			me++
+		}
+		x := in{profile: p.Name, start: at.Start, giID: 1 + ids[len(out)]}
+		switch rng.IntN(8) {
+		case 0:
+			x.cis = noCI
+		case 1:
+			if p.ComputeSlices > 1 {
+				x.cis = []int{1 + rng.IntN(p.ComputeSlices-1)}
+			}
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// randomWant picks a feasible target: half the time any feasible set of
+// the model, else the layout's own counts with some instances dropped and
+// some feasible ones added, so that much of the layout can stay.
+func randomWant(rng *rand.Rand, m partition.Model, sets []map[string]int, have []in) map[string]int {
+	if rng.IntN(2) == 0 {
+		return maps.Clone(sets[rng.IntN(len(sets))])
+	}
+	want := map[string]int{}
+	for _, x := range have {
+		if rng.IntN(3) != 0 {
+			want[x.profile]++
+		}
+	}
+	for range rng.IntN(4) {
+		p := m.Profiles[rng.IntN(len(m.Profiles))]
+		want[p.Name]++
+		if !bruteForce(m, want) {
+			want[p.Name]--
+		}
+	}
+	maps.DeleteFunc(want, func(_ string, n int) bool { return n == 0 })
+	return want
+}
+
+// layoutText writes a layout for failure messages: "3g.40gb@4 gi=2 cis=[3]".
+func layoutText(have []in) string {
+	s := make([]string, len(have))
+	for i, x := range have {
+		s[i] = fmt.Sprintf("%s@%d gi=%d", x.profile, x.start, x.giID)
+		if x.cis != nil {
+			s[i] += fmt.Sprintf(" cis=%v", x.cis)
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// TestPlanGPUKeepsMost plans seeded random transitions on several models:
+// from a random valid layout (random profiles at random placements, some
+// GPU instances incomplete, some in use) to a random feasible target. It
+// checks the plan against a brute force: instances in use are never
+// destroyed by the ops (a plan that must destroy one is blocked, naming
+// exactly those devices); the kept set is the best possible (most in use,
+// then most complete, then most incomplete instances kept); the final
+// instances are a valid placement of the target; and the ops touch exactly
+// the instances that go or are repaired.
 func TestPlanGPUKeepsMost(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, m := range partition.Catalogue() {
-		sets := feasibleSets(m)
-		t.Run(m.Key, func(t *testing.T) {
-			for range 300 {
-				a, b := sets[rng.IntN(len(sets))], sets[rng.IntN(len(sets))]
-				slots, err := partition.Place(m, a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var have []in
-				for i, s := range slots {
-					have = append(have, in{s.Profile, s.Placement.Start, 20 + i, nil})
-				}
+	tests := []struct {
+		model string
+		seed  uint64
+		runs  int
+	}{
+		{"A100-40GB", 0xA100, 500},
+		{"H100-80GB", 0x4100, 500},
+		{"H200-141GB", 0x4200, 500},
+		{"A30-24GB", 0xA30, 500},
+	}
+	for _, tc := range tests {
+		t.Run(tc.model, func(t *testing.T) {
+			m := mustModel(t, tc.model)
+			sets := feasibleSets(m)
+			// How often each situation came up, so the test cannot pass
+			// by never meeting it.
+			seen := map[string]int{}
+			for run := range tc.runs {
+				rng := rand.New(rand.NewPCG(tc.seed, uint64(run)))
+				have := randomLayout(rng, m)
+				want := randomWant(rng, m, sets, have)
 				g := mkGPU(t, m, 0, have...)
-				p, err := partition.PlanGPU(g, m, partition.Target{MIG: b}, nil)
-				if err != nil {
-					t.Fatalf("%v -> %v: %v", a, b, err)
-				}
-				kept := map[int]bool{}
-				var final []partition.Slot
-				for _, x := range p.Instances {
-					final = append(final, partition.Slot{Profile: x.Profile, ProfileID: x.ProfileID, Placement: x.Placement})
-					if x.Status == partition.StatusKept {
-						kept[x.GIID] = true
+				inUse := map[string]bool{}
+				for _, x := range g.Instances {
+					if len(x.CIs) > 0 && rng.IntN(3) == 0 {
+						inUse[x.CIs[rng.IntN(len(x.CIs))].UUID] = true
 					}
 				}
-				checkSlots(t, m, b, final)
-				if want := maxKeepable(m, g.Instances, b); len(kept) != want {
-					t.Errorf("%v -> %v: kept %d, the most possible is %d", a, b, len(kept), want)
+				if rng.IntN(8) == 0 {
+					inUse[g.UUID] = true // no matter inside MIG mode
 				}
-				destroyed := map[int]bool{}
-				for _, o := range p.Ops {
-					switch o.Kind {
-					case partition.OpDestroyGI:
-						destroyed[o.GIID] = true
-					case partition.OpCreateGI, partition.OpCreateCI, partition.OpDestroyCI:
-					default:
-						t.Errorf("unexpected op %s", o)
-					}
-					if kept[o.GIID] {
-						t.Errorf("%v -> %v: op %s touches a kept instance", a, b, o)
-					}
+				checkKeepsMost(t, m, g, want, inUse, seen)
+				if t.Failed() {
+					t.Logf("seed rand.NewPCG(%#x, %d): layout %s; target %v; in use %v", tc.seed, run, layoutText(have), want, slices.Sorted(maps.Keys(inUse)))
+					return
 				}
-				if len(destroyed)+len(kept) != len(g.Instances) {
-					t.Errorf("%v -> %v: %d destroyed + %d kept != %d existing", a, b, len(destroyed), len(kept), len(g.Instances))
+			}
+			for _, s := range []string{"busy kept", "blocked", "repair", "kept", "new", "no-op"} {
+				if seen[s] == 0 {
+					t.Errorf("no run had a plan with %s: the random layouts miss a case", s)
 				}
 			}
 		})
+	}
+}
+
+// checkKeepsMost plans g towards want and checks the plan (see
+// TestPlanGPUKeepsMost), counting in seen what came up.
+func checkKeepsMost(t *testing.T, m partition.Model, g partition.GPU, want map[string]int, inUse map[string]bool, seen map[string]int) {
+	t.Helper()
+	p, err := partition.PlanGPU(g, m, partition.Target{MIG: want}, inUse)
+	if err != nil {
+		t.Errorf("PlanGPU: %v", err)
+		return
+	}
+	var final []partition.Slot
+	for _, x := range p.Instances {
+		final = append(final, partition.Slot{Profile: x.Profile, ProfileID: x.ProfileID, Placement: x.Placement})
+	}
+	checkSlots(t, m, want, final)
+
+	existing := map[int]partition.Instance{}
+	for _, x := range g.Instances {
+		existing[x.GIID] = x
+	}
+	// What stays, as the plan says, checked against the existing instances.
+	stays := map[int]partition.PlannedInstance{}
+	var score [3]int
+	for _, x := range p.Instances {
+		if x.Status == partition.StatusNew {
+			seen["new"]++
+			continue
+		}
+		old, ok := existing[x.GIID]
+		if _, twice := stays[x.GIID]; !ok || twice {
+			t.Errorf("planned %s %s at %s names GI %d: none or twice", x.Status, x.Profile, x.Placement, x.GIID)
+			continue
+		}
+		stays[x.GIID] = x
+		if old.Profile != x.Profile || old.Placement != x.Placement {
+			t.Errorf("GI %d is %s at %s, planned as %s at %s", x.GIID, old.Profile, old.Placement, x.Profile, x.Placement)
+		}
+		wantStatus := partition.StatusKept
+		if !old.Complete() {
+			wantStatus = partition.StatusRepair
+		}
+		if x.Status != wantStatus || x.UUID != old.UUID() {
+			t.Errorf("GI %d: status %s, UUID %q; want %s, %q", x.GIID, x.Status, x.UUID, wantStatus, old.UUID())
+		}
+		score[keepClass(old, inUse)]++
+		seen[string(x.Status)]++
+	}
+	if best := bestKept(m, g.Instances, inUse, want); score != best {
+		t.Errorf("kept (in use, complete, incomplete) = %v, the best possible is %v", score, best)
+	}
+
+	// In-use devices of instances that go, or whose compute instances are
+	// re-made, block the plan; nothing else does.
+	var wantBlocked, wantDestroyGI, wantDestroyCI []string
+	wantCreateGI, wantCreateCI := len(p.Instances)-len(stays), len(p.Instances)-len(stays)
+	for _, x := range g.Instances {
+		st, ok := stays[x.GIID]
+		if ok && st.Status == partition.StatusKept {
+			if keepClass(x, inUse) == classBusy {
+				seen["busy kept"]++
+			}
+			continue
+		}
+		if !ok {
+			wantDestroyGI = append(wantDestroyGI, fmt.Sprint(x.GIID))
+		} else {
+			wantCreateCI++
+		}
+		for _, ci := range x.CIs {
+			wantDestroyCI = append(wantDestroyCI, fmt.Sprintf("%d/%d", x.GIID, ci.ID))
+			if inUse[ci.UUID] {
+				wantBlocked = append(wantBlocked, ci.UUID)
+			}
+		}
+	}
+	var gotBlocked []string
+	for _, b := range p.Blocked {
+		gotBlocked = append(gotBlocked, b.UUID)
+	}
+	slices.Sort(wantBlocked)
+	slices.Sort(gotBlocked)
+	if diff := cmp.Diff(wantBlocked, gotBlocked); diff != "" {
+		t.Errorf("blocked devices (-want +got):\n%s", diff)
+	}
+	ops := p.Ops
+	switch {
+	case len(p.Blocked) > 0:
+		seen["blocked"]++
+		if len(p.Ops) > 0 {
+			t.Errorf("blocked plan has ops: %s", opsText(p.Ops))
+		}
+		ops = p.WouldDo
+	case len(p.WouldDo) > 0:
+		t.Errorf("unblocked plan would do %s", opsText(p.WouldDo))
+	}
+	if len(ops) == 0 {
+		seen["no-op"]++
+	}
+
+	// Never an op that destroys a device in use; the ops destroy exactly
+	// what goes and create exactly what is new or repaired.
+	for _, o := range p.Ops {
+		if (o.Kind == partition.OpDestroyCI || o.Kind == partition.OpDestroyGI) && keepClass(existing[o.GIID], inUse) == classBusy {
+			t.Errorf("op %s destroys an instance in use", o)
+		}
+	}
+	var gotDestroyGI, gotDestroyCI []string
+	gotCreateGI, gotCreateCI := 0, 0
+	for _, o := range ops {
+		if st, ok := stays[o.GIID]; ok && st.Status == partition.StatusKept {
+			t.Errorf("op %s touches a kept instance", o)
+		}
+		switch o.Kind {
+		case partition.OpDestroyGI:
+			gotDestroyGI = append(gotDestroyGI, fmt.Sprint(o.GIID))
+		case partition.OpDestroyCI:
+			gotDestroyCI = append(gotDestroyCI, fmt.Sprintf("%d/%d", o.GIID, o.CIID))
+		case partition.OpCreateGI:
+			gotCreateGI++
+		case partition.OpCreateCI:
+			gotCreateCI++
+		default:
+			t.Errorf("unexpected op %s", o)
+		}
+	}
+	slices.Sort(wantDestroyGI)
+	slices.Sort(gotDestroyGI)
+	slices.Sort(wantDestroyCI)
+	slices.Sort(gotDestroyCI)
+	if diff := cmp.Diff(wantDestroyGI, gotDestroyGI); diff != "" {
+		t.Errorf("destroyed GPU instances (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantDestroyCI, gotDestroyCI); diff != "" {
+		t.Errorf("destroyed compute instances (-want +got):\n%s", diff)
+	}
+	if gotCreateGI != wantCreateGI || gotCreateCI != wantCreateCI {
+		t.Errorf("creates %d GIs and %d CIs, want %d and %d: %s", gotCreateGI, gotCreateCI, wantCreateGI, wantCreateCI, opsText(ops))
+	}
+	if t.Failed() {
+		t.Logf("plan: %s; ops %s; blocked %s", instancesText(p.Instances), opsText(ops), blockedText(p.Blocked))
 	}
 }
 

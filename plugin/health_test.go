@@ -3,9 +3,11 @@ package plugin
 import (
 	"maps"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -14,23 +16,26 @@ import (
 	"github.com/carve-dev/carve/timeslice"
 )
 
-const testQuiet = 300 * time.Millisecond
+const testQuiet = time.Second
 
-// healthEnv runs a Manager with a fake NVML: GPUs 0 and 1 shared 2 ways,
-// MIG devices GI 1 and 2 (2 replicas each) on GPU 2.
+// healthEnv runs a Manager with a fake NVML: GPUs 0, 1 and 3 shared 2 ways,
+// MIG devices GI 1, 2 and 3 (2 replicas each) on GPU 2.
 func healthEnv(t *testing.T, ignored []uint64, quiet time.Duration, reg prometheus.Registerer) (*env, *fakeNVML, map[string]*stubPlugin) {
 	t.Helper()
-	f := newFakeNVML(3)
+	f := newFakeNVML(4)
 	f.addMIG(2, 1)
 	f.addMIG(2, 2)
+	f.addMIG(2, 3)
 	e := newEnv(t, Options{
 		NVML:       f,
 		Registerer: reg,
-		Health:     HealthOptions{IgnoredXIDs: ignored, Quiet: quiet, Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+		// TestHealthXIDs starts its cases at once: registrations may be slow.
+		Timeout: 10 * time.Second,
+		Health:  HealthOptions{IgnoredXIDs: ignored, Quiet: quiet, Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
 	}, true)
 	res := timeslice.Resources{
-		sharedRes: sharedGPUs(2, 0, 1),
-		migRes:    migDevs(2, "1g.10gb", 2, 1, 2),
+		sharedRes: sharedGPUs(2, 0, 1, 3),
+		migRes:    migDevs(2, "1g.10gb", 2, 1, 2, 3),
 	}
 	e.update(t, res)
 	plugins := map[string]*stubPlugin{}
@@ -62,68 +67,115 @@ func with(m map[string]string, h string, ids ...string) map[string]string {
 	return out
 }
 
+// healthSentinels are, per resource of healthEnv, a critical XID (under
+// the default and the custom ignore lists) on devices no case of
+// TestHealthXIDs touches, the UUID it marks and the device IDs it turns
+// unhealthy.
+var healthSentinels = map[string]struct {
+	ev   partition.XIDEvent
+	uuid string
+	ids  []string
+}{
+	sharedRes: {partition.XIDEvent{UUID: "GPU-3", XID: 48, GIID: -1, CIID: -1}, "GPU-3", []string{"GPU-3::0", "GPU-3::1"}},
+	migRes:    {partition.XIDEvent{UUID: "GPU-2", XID: 94, GIID: 3, CIID: 0}, "MIG-2-3", []string{"MIG-2-3::0", "MIG-2-3::1"}},
+}
+
 func TestHealthXIDs(t *testing.T) {
-	sharedAll := allHealthy("GPU-0::0", "GPU-0::1", "GPU-1::0", "GPU-1::1")
-	migAll := allHealthy("MIG-2-1::0", "MIG-2-1::1", "MIG-2-2::0", "MIG-2-2::1")
+	sharedAll := allHealthy("GPU-0::0", "GPU-0::1", "GPU-1::0", "GPU-1::1", "GPU-3::0", "GPU-3::1")
+	migAll := allHealthy("MIG-2-1::0", "MIG-2-1::1", "MIG-2-2::0", "MIG-2-2::1", "MIG-2-3::0", "MIG-2-3::1")
+	migEvery := []string{"MIG-2-1::0", "MIG-2-1::1", "MIG-2-2::0", "MIG-2-2::1", "MIG-2-3::0", "MIG-2-3::1"}
 	tests := []struct {
 		name    string
 		ignored []uint64 // nil: defaults
 		ev      partition.XIDEvent
-		// want per resource the list while unhealthy; absent: no message.
-		want map[string]map[string]string
+		// sick: per resource the device IDs the XID turns unhealthy;
+		// a resource absent must get no list.
+		sick map[string][]string
+		// unhealthy is what Unhealthy() reports until the quiet period
+		// ends: the UUIDs the XID marks, even one no resource holds.
+		unhealthy map[string]uint64
 	}{
 		{"critical XID on a GPU", nil, partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1},
-			map[string]map[string]string{sharedRes: with(sharedAll, "Unhealthy", "GPU-0::0", "GPU-0::1")}},
-		{"application XID ignored", nil, partition.XIDEvent{UUID: "GPU-1", XID: 13, GIID: -1, CIID: -1}, nil},
-		{"application XID 43 ignored", nil, partition.XIDEvent{UUID: "GPU-2", XID: 43, GIID: 1, CIID: 0}, nil},
+			map[string][]string{sharedRes: {"GPU-0::0", "GPU-0::1"}}, map[string]uint64{"GPU-0": 79}},
+		{"application XID ignored", nil, partition.XIDEvent{UUID: "GPU-1", XID: 13, GIID: -1, CIID: -1}, nil, nil},
+		{"application XID 43 ignored", nil, partition.XIDEvent{UUID: "GPU-2", XID: 43, GIID: 1, CIID: 0}, nil, nil},
 		{"XID on one MIG device", nil, partition.XIDEvent{UUID: "GPU-2", XID: 94, GIID: 1, CIID: 0},
-			map[string]map[string]string{migRes: with(migAll, "Unhealthy", "MIG-2-1::0", "MIG-2-1::1")}},
+			map[string][]string{migRes: {"MIG-2-1::0", "MIG-2-1::1"}}, map[string]uint64{"MIG-2-1": 94}},
 		{"XID on one GPU instance, any CI", nil, partition.XIDEvent{UUID: "GPU-2", XID: 94, GIID: 2, CIID: -1},
-			map[string]map[string]string{migRes: with(migAll, "Unhealthy", "MIG-2-2::0", "MIG-2-2::1")}},
+			map[string][]string{migRes: {"MIG-2-2::0", "MIG-2-2::1"}}, map[string]uint64{"MIG-2-2": 94}},
 		{"whole-GPU XID takes its MIG devices", nil, partition.XIDEvent{UUID: "GPU-2", XID: 48, GIID: -1, CIID: -1},
-			map[string]map[string]string{migRes: with(migAll, "Unhealthy", "MIG-2-1::0", "MIG-2-1::1", "MIG-2-2::0", "MIG-2-2::1")}},
+			map[string][]string{migRes: migEvery}, map[string]uint64{"GPU-2": 48}},
 		{"unresolvable MIG instance falls back to the GPU", nil, partition.XIDEvent{UUID: "GPU-2", XID: 94, GIID: 9, CIID: 0},
-			map[string]map[string]string{migRes: with(migAll, "Unhealthy", "MIG-2-1::0", "MIG-2-1::1", "MIG-2-2::0", "MIG-2-2::1")}},
-		{"custom ignore list: 79 ignored", []uint64{79}, partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1}, nil},
+			map[string][]string{migRes: migEvery}, map[string]uint64{"GPU-2": 94}},
+		{"custom ignore list: 79 ignored", []uint64{79}, partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1}, nil, nil},
 		{"custom ignore list: 13 critical", []uint64{79}, partition.XIDEvent{UUID: "GPU-1", XID: 13, GIID: -1, CIID: -1},
-			map[string]map[string]string{sharedRes: with(sharedAll, "Unhealthy", "GPU-1::0", "GPU-1::1")}},
-		{"unknown GPU changes nothing", nil, partition.XIDEvent{UUID: "GPU-7", XID: 79, GIID: -1, CIID: -1}, nil},
+			map[string][]string{sharedRes: {"GPU-1::0", "GPU-1::1"}}, map[string]uint64{"GPU-1": 13}},
+		{"unknown GPU changes nothing", nil, partition.XIDEvent{UUID: "GPU-7", XID: 79, GIID: -1, CIID: -1},
+			nil, map[string]uint64{"GPU-7": 79}},
 	}
 	healthy := map[string]map[string]string{sharedRes: sharedAll, migRes: migAll}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			reg := prometheus.NewRegistry()
 			e, f, plugins := healthEnv(t, tt.ignored, testQuiet, reg)
 			start := time.Now()
 			f.events <- tt.ev
-			for name, want := range tt.want {
-				if got := summary(plugins[name].next(t, msgWait)); !reflect.DeepEqual(got, want) {
-					t.Fatalf("%s after XID: %v, want %v", name, got, want)
+			// Every resource the XID must leave alone gets a sentinel XID
+			// after it. The health loop handles events in order, so that
+			// resource's next list must be the sentinel's alone: a change
+			// the XID made would come before it or show in it.
+			sick := maps.Clone(tt.sick)
+			if sick == nil {
+				sick = map[string][]string{}
+			}
+			wantUnhealthy := maps.Clone(tt.unhealthy)
+			if wantUnhealthy == nil {
+				wantUnhealthy = map[string]uint64{}
+			}
+			critical, ignored := 1.0, 0.0 // XID events counted
+			if len(tt.unhealthy) == 0 {
+				critical, ignored = 0, 1
+			}
+			for _, name := range slices.Sorted(maps.Keys(plugins)) {
+				if _, ok := tt.sick[name]; ok {
+					continue
 				}
+				s := healthSentinels[name]
+				f.events <- s.ev
+				sick[name] = s.ids
+				wantUnhealthy[s.uuid] = s.ev.XID
+				critical++
 			}
 			for name, p := range plugins {
-				if _, ok := tt.want[name]; !ok {
-					p.none(t, quietWait)
+				if diff := cmp.Diff(with(healthy[name], "Unhealthy", sick[name]...), summary(p.next(t, msgWait))); diff != "" {
+					t.Fatalf("%s: first list after the XID (-want +got):\n%s", name, diff)
 				}
 			}
-			if len(tt.want) == 0 {
-				if u := e.m.Unhealthy(); len(u) != 0 && tt.ev.UUID != "GPU-7" {
-					t.Errorf("Unhealthy() = %v after an ignored XID", u)
-				}
-				return
+			// Every event has been handled: each resource's list shows
+			// its last.
+			if diff := cmp.Diff(wantUnhealthy, e.m.Unhealthy()); diff != "" {
+				t.Errorf("Unhealthy() after the XID (-want +got):\n%s", diff)
 			}
-			// Recovery after the quiet period, with a new message.
-			for name := range tt.want {
-				got := summary(plugins[name].next(t, msgWait))
-				if !reflect.DeepEqual(got, healthy[name]) {
-					t.Errorf("%s after the quiet period: %v, want all healthy", name, got)
+			if got := testutil.ToFloat64(e.m.metrics.xids.WithLabelValues("true")); got != critical {
+				t.Errorf("critical XID counter %v, want %v", got, critical)
+			}
+			if got := testutil.ToFloat64(e.m.metrics.xids.WithLabelValues("false")); got != ignored {
+				t.Errorf("ignored XID counter %v, want %v", got, ignored)
+			}
+			// Recovery after the quiet period, with a new list.
+			for name, p := range plugins {
+				if diff := cmp.Diff(healthy[name], summary(p.next(t, msgWait))); diff != "" {
+					t.Errorf("%s after the quiet period (-want +got):\n%s", name, diff)
 				}
 				if since := time.Since(start); since < testQuiet {
 					t.Errorf("%s recovered after %v, before the quiet period %v", name, since, testQuiet)
 				}
 			}
-			if critical := testutil.ToFloat64(e.m.metrics.xids.WithLabelValues("true")); critical != 1 {
-				t.Errorf("critical XID counter %v, want 1", critical)
+			// The last recovery healed every XID at least as old as its
+			// own, the one on a UUID no resource holds too.
+			if diff := cmp.Diff(map[string]uint64{}, e.m.Unhealthy()); diff != "" {
+				t.Errorf("Unhealthy() after the quiet period (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -133,11 +185,19 @@ func TestHealthQuietPeriodRestartsOnNewXID(t *testing.T) {
 	const quiet = time.Second
 	e, f, plugins := healthEnv(t, nil, quiet, nil)
 	p := plugins[sharedRes]
+	first := time.Now()
 	f.events <- partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1}
-	p.next(t, msgWait)
-	time.Sleep(quiet / 3)
-	if len(p.msgs) > 0 {
-		t.Skip("machine too slow: recovered before the second XID could be sent")
+	if got := summary(p.next(t, msgWait)); got["GPU-0::0"] != "Unhealthy" {
+		t.Fatalf("list after the first XID %v, want GPU-0 unhealthy", got)
+	}
+	time.Sleep(quiet / 3) // the second XID comes a third into the quiet period
+	select {
+	case m := <-p.msgs:
+		// Nothing may change before the quiet period ends: the device
+		// recovered too early (or, had the sleep overrun by the rest of
+		// the period, the second XID could not be sent within it).
+		t.Fatalf("list %v came %v after the first critical XID, within the quiet period %v", summary(m), time.Since(first).Round(time.Millisecond), quiet)
+	default:
 	}
 	second := time.Now()
 	f.events <- partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1}

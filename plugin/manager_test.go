@@ -3,17 +3,22 @@ package plugin
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -23,8 +28,6 @@ import (
 const (
 	migRes    = "nvidia.com/mig-1g.10gb"
 	sharedRes = "nvidia.com/gpu.shared"
-	// quietWait bounds the wait for "no message".
-	quietWait = 200 * time.Millisecond
 	msgWait   = 5 * time.Second
 )
 
@@ -121,16 +124,29 @@ func TestUpdateSendsOnlyChanges(t *testing.T) {
 			migRes:              migDevs(2, "1g.10gb", 1, 9),
 		}, map[string][]string{carvev1.GPUResource: {"GPU-0"}, migRes: {"MIG-2-9"}}},
 	}
+	names := slices.Sorted(maps.Keys(plugins))
 	for _, st := range steps {
 		e.update(t, st.res)
-		for name, p := range plugins {
-			want, ok := st.changed[name]
-			if !ok {
-				p.none(t, quietWait)
-				continue
+		for name, want := range st.changed {
+			if diff := cmp.Diff(want, idsOf(plugins[name].next(t, msgWait))); diff != "" {
+				t.Errorf("%s: %s: list (-want +got):\n%s", st.name, name, diff)
 			}
-			if got := idsOf(p.next(t, msgWait)); !reflect.DeepEqual(got, want) {
-				t.Errorf("%s: %s: got %v, want %v", st.name, name, got, want)
+		}
+		// Nothing more: once the streams have sent what the step caused,
+		// a sentinel device joins every resource, and each one's next list
+		// must be the sentinel's. Then the step's devices come back.
+		e.flush(t, names...)
+		sentinel := withSentinel(st.res, names...)
+		e.update(t, sentinel)
+		for _, name := range names {
+			if diff := cmp.Diff(deviceIDs(sentinel[name]), idsOf(plugins[name].next(t, msgWait))); diff != "" {
+				t.Errorf("%s: %s: a list other than the sentinel's came (-sentinel +got):\n%s", st.name, name, diff)
+			}
+		}
+		e.update(t, st.res)
+		for _, name := range names {
+			if diff := cmp.Diff(deviceIDs(st.res[name]), idsOf(plugins[name].next(t, msgWait))); diff != "" {
+				t.Errorf("%s: %s: list after removing the sentinel (-want +got):\n%s", st.name, name, diff)
 			}
 		}
 	}
@@ -175,7 +191,14 @@ func TestVanishedResourceStops(t *testing.T) {
 	if _, err := net.Dial("unix", e.socket(migRes)); err == nil {
 		t.Error("vanished resource still answers")
 	}
-	stays.none(t, quietWait)
+	// The remaining resource was sent nothing: its next list is a
+	// sentinel's.
+	e.flush(t, carvev1.GPUResource)
+	sentinel := withSentinel(timeslice.Resources{carvev1.GPUResource: wholeGPUs(0)}, carvev1.GPUResource)
+	e.update(t, sentinel)
+	if diff := cmp.Diff(deviceIDs(sentinel[carvev1.GPUResource]), idsOf(stays.next(t, msgWait))); diff != "" {
+		t.Errorf("remaining resource: a list other than the sentinel's came (-sentinel +got):\n%s", diff)
+	}
 	if _, err := os.Stat(e.socket(carvev1.GPUResource)); err != nil {
 		t.Errorf("socket of the remaining resource: %v", err)
 	}
@@ -336,74 +359,124 @@ func TestRegistrationRetried(t *testing.T) {
 }
 
 func TestWithdraw(t *testing.T) {
+	res := timeslice.Resources{
+		carvev1.GPUResource: wholeGPUs(0, 1),
+		sharedRes:           sharedGPUs(3, 2, 3),
+		migRes:              append(migDevs(4, "1g.10gb", 1, 7, 8), migDevs(5, "1g.10gb", 1, 7)...),
+	}
+	names := slices.Sorted(maps.Keys(res))
 	tests := []struct {
 		name     string
 		withdraw []string
-		want     map[string][]string // resource -> IDs after
+		// gone: resource -> the offered device IDs Withdraw takes out.
+		gone map[string][]string
 	}{
 		{"device ID", []string{"GPU-1"}, map[string][]string{
-			carvev1.GPUResource: {"GPU-0"},
+			carvev1.GPUResource: {"GPU-1"},
 		}},
 		{"replica IDs", []string{"GPU-2::0", "GPU-2::1"}, map[string][]string{
-			sharedRes: {"GPU-2::2", "GPU-3::0", "GPU-3::1", "GPU-3::2"},
+			sharedRes: {"GPU-2::0", "GPU-2::1"},
 		}},
 		{"physical UUID takes all replicas", []string{"GPU-3"}, map[string][]string{
-			sharedRes: {"GPU-2::0", "GPU-2::1", "GPU-2::2"},
+			sharedRes: {"GPU-3::0", "GPU-3::1", "GPU-3::2"},
 		}},
 		{"GPU UUID takes its MIG devices", []string{"GPU-4"}, map[string][]string{
-			migRes: {"MIG-5-7"},
+			migRes: {"MIG-4-7", "MIG-4-8"},
 		}},
 		{"across resources", []string{"MIG-4-8", "GPU-0"}, map[string][]string{
-			carvev1.GPUResource: {"GPU-1"},
-			migRes:              {"MIG-4-7", "MIG-5-7"},
+			carvev1.GPUResource: {"GPU-0"},
+			migRes:              {"MIG-4-8"},
 		}},
+		{"unknown IDs ignored", []string{"GPU-9", "GPU-2::7"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, Options{}, false)
-			res := timeslice.Resources{
-				carvev1.GPUResource: wholeGPUs(0, 1),
-				sharedRes:           sharedGPUs(3, 2, 3),
-				migRes:              append(migDevs(4, "1g.10gb", 1, 7, 8), migDevs(5, "1g.10gb", 1, 7)...),
-			}
 			e.update(t, res)
 			plugins := map[string]*stubPlugin{}
-			for name := range res {
+			offered := map[string][]string{} // resource -> IDs of its first list
+			for _, name := range names {
 				plugins[name] = e.kubelet.plugin(t, name, msgWait)
-				plugins[name].next(t, msgWait)
+				offered[name] = idsOf(plugins[name].next(t, msgWait))
 			}
+			left := map[string][]string{} // resource -> IDs still listed
+			for _, name := range names {
+				for _, id := range tt.gone[name] {
+					if !slices.Contains(offered[name], id) {
+						t.Fatalf("%s never offered %s (offered %v)", name, id, offered[name])
+					}
+				}
+				left[name] = slices.DeleteFunc(slices.Clone(offered[name]), func(id string) bool { return slices.Contains(tt.gone[name], id) })
+			}
+
 			if err := e.m.Withdraw(context.Background(), tt.withdraw); err != nil {
 				t.Fatalf("Withdraw: %v", err)
 			}
-			for name, p := range plugins {
-				want, ok := tt.want[name]
-				if !ok {
-					p.none(t, quietWait)
-					continue
-				}
-				if got := idsOf(p.next(t, msgWait)); !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: after Withdraw %v, want %v", name, got, want)
+			// Withdraw returned: the streams of the resources that lost
+			// devices have been sent the reduced list.
+			for name := range tt.gone {
+				if diff := cmp.Diff(left[name], idsOf(plugins[name].next(t, msgWait))); diff != "" {
+					t.Errorf("%s: list after Withdraw (-want +got):\n%s", name, diff)
 				}
 			}
-			// Allocate refuses withdrawn devices.
-			for _, id := range tt.withdraw {
-				for name := range tt.want {
-					_, err := dialPlugin(t, e.socket(name)).Allocate(context.Background(), &pluginapi.AllocateRequest{
-						ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{id}}}})
-					if err == nil {
-						t.Errorf("%s: Allocate of withdrawn %s succeeded", name, id)
+			advertised := map[string][]string{}
+			for name, devs := range e.m.Advertised() {
+				for _, d := range devs {
+					advertised[name] = append(advertised[name], d.ID)
+				}
+				slices.Sort(advertised[name])
+			}
+			if diff := cmp.Diff(left, advertised); diff != "" {
+				t.Errorf("Advertised() after Withdraw (-want +got):\n%s", diff)
+			}
+			// Allocate refuses every withdrawn device as unknown and still
+			// grants every device left.
+			for _, name := range names {
+				for _, id := range offered[name] {
+					err := allocateOne(t, e, name, id)
+					if !slices.Contains(tt.gone[name], id) {
+						if err != nil {
+							t.Errorf("%s: Allocate of %s, still listed: %v", name, id, err)
+						}
+						continue
+					}
+					if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), id) {
+						t.Errorf("%s: Allocate of withdrawn %s: %v, want InvalidArgument naming it", name, id, err)
 					}
 				}
 			}
-			// The next Update ends the withdrawal.
-			e.update(t, res)
-			for name := range tt.want {
-				if got := plugins[name].next(t, msgWait); len(got.Devices) != len(res[name]) {
-					t.Errorf("%s: after Update %d devices, want %d", name, len(got.Devices), len(res[name]))
+
+			// Withdraw sent no other list, and the next Update ends the
+			// withdrawal: once the streams have sent what Withdraw caused,
+			// an Update with a sentinel device in every resource must be
+			// each one's next list, whole again.
+			e.flush(t, names...)
+			sentinel := withSentinel(res, names...)
+			e.update(t, sentinel)
+			for _, name := range names {
+				if diff := cmp.Diff(deviceIDs(sentinel[name]), idsOf(plugins[name].next(t, msgWait))); diff != "" {
+					t.Errorf("%s: next list after Withdraw and Update (-sentinel +got):\n%s", name, diff)
+				}
+			}
+			for name, gone := range tt.gone {
+				for _, id := range gone {
+					if err := allocateOne(t, e, name, id); err != nil {
+						t.Errorf("%s: Allocate of %s after the withdrawal ended: %v", name, id, err)
+					}
 				}
 			}
 		})
 	}
+}
+
+// allocateOne asks resource's server, as the kubelet would, to allocate
+// the device id to one container.
+func allocateOne(t *testing.T, e *env, resource, id string) error {
+	t.Helper()
+	_, err := dialPlugin(t, e.socket(resource)).Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{id}}},
+	})
+	return err
 }
 
 // blockingStream is a ListAndWatch stream whose Send reports each message
@@ -448,21 +521,32 @@ func TestWithdrawWaitsForSend(t *testing.T) {
 	<-bs.got // the initial list
 	bs.gate <- struct{}{}
 
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
 	done := make(chan error, 1)
-	go func() { done <- e.m.Withdraw(context.Background(), []string{"GPU-1"}) }()
+	go func() { done <- e.m.Withdraw(wctx, []string{"GPU-1"}) }()
 	select {
 	case m := <-bs.got:
-		if got := idsOf(m); !reflect.DeepEqual(got, []string{"GPU-0"}) {
-			t.Fatalf("withdraw list %v", got)
+		if diff := cmp.Diff([]string{"GPU-0"}, idsOf(m)); diff != "" {
+			t.Fatalf("withdraw list (-want +got):\n%s", diff)
 		}
 	case <-time.After(msgWait):
 		t.Fatal("the stream was not sent the reduced list")
 	}
+	// Send has not returned, so Withdraw must still be waiting: cancelled
+	// now, it gives up with the context's error. One that did not wait
+	// returned nil.
+	wcancel()
 	select {
 	case err := <-done:
-		t.Fatalf("Withdraw returned (%v) before Send returned", err)
-	case <-time.After(quietWait):
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Withdraw cancelled while Send is blocked: %v, want context.Canceled (it must wait until Send returns)", err)
+		}
+	case <-time.After(msgWait):
+		t.Fatal("Withdraw did not return after its context was cancelled")
 	}
+	// Withdrawing again waits for the same Send and returns once it has.
+	go func() { done <- e.m.Withdraw(context.Background(), []string{"GPU-1"}) }()
 	bs.gate <- struct{}{}
 	select {
 	case err := <-done:

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -109,12 +110,15 @@ func TestWithSimulator(t *testing.T) {
 			return false
 		}
 	})
-	gpuP.none(t, quietWait)
+	// The MIG XID sent the whole-GPU resource nothing: once its streams
+	// have sent what the XID caused, the list of the XID on GPU 3 (the
+	// sentinel) must be its next.
+	e.flush(t, carvev1.GPUResource)
 	if err := m.RaiseXID(3, 79, -1, -1); err != nil {
 		t.Fatal(err)
 	}
 	wantHealth := map[string]string{uuid(0): "Healthy", uuid(2): "Healthy", uuid(3): "Unhealthy"}
-	if got := summary(gpuP.next(t, msgWait)); !reflect.DeepEqual(got, wantHealth) {
-		t.Errorf("after XID on GPU 3: %v, want %v", got, wantHealth)
+	if diff := cmp.Diff(wantHealth, summary(gpuP.next(t, msgWait))); diff != "" {
+		t.Errorf("first list after the MIG XID and the XID on GPU 3 (-want +got):\n%s", diff)
 	}
 }

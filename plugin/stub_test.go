@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -180,14 +182,58 @@ func (p *stubPlugin) next(t testing.TB, timeout time.Duration) *pluginapi.ListAn
 	}
 }
 
-// none fails if a ListAndWatch message arrives within wait.
-func (p *stubPlugin) none(t testing.TB, wait time.Duration) {
+// flush waits until every open ListAndWatch stream of each resource has
+// sent the resource's current list (its Send returned), so that a message
+// an earlier change caused is on its way ahead of any message a later
+// change causes. "No message" checks use it before a sentinel change: the
+// next message must then be the sentinel's list, and any other message
+// would have come first (a sleep could only show that none came in time).
+func (e *env) flush(t testing.TB, resources ...string) {
 	t.Helper()
-	select {
-	case m := <-p.msgs:
-		t.Fatalf("%s: unexpected ListAndWatch message %v", p.resource, summary(m))
-	case <-time.After(wait):
+	ctx, cancel := context.WithTimeout(context.Background(), msgWait)
+	defer cancel()
+	for _, name := range resources {
+		e.m.mu.Lock()
+		s := e.m.servers[name]
+		e.m.mu.Unlock()
+		if s == nil {
+			t.Fatalf("flush %s: no server", name)
+		}
+		s.mu.Lock()
+		version := s.version
+		open := slices.Collect(maps.Keys(s.streams))
+		s.mu.Unlock()
+		if len(open) == 0 {
+			t.Fatalf("flush %s: no open ListAndWatch stream", name)
+		}
+		if err := s.waitDelivered(ctx, open, version); err != nil {
+			t.Fatalf("flush %s: %v", name, err)
+		}
 	}
+}
+
+// sentinelDevice is a whole GPU no fixture has: adding it to a resource is
+// a change whose list is known.
+var sentinelDevice = wholeGPUs(99)[0]
+
+// withSentinel returns a copy of res with sentinelDevice added to each of
+// the resources names.
+func withSentinel(res timeslice.Resources, names ...string) timeslice.Resources {
+	out := maps.Clone(res)
+	for _, name := range names {
+		out[name] = append(slices.Clone(res[name]), sentinelDevice)
+	}
+	return out
+}
+
+// deviceIDs returns the sorted IDs of devs.
+func deviceIDs(devs []timeslice.Device) []string {
+	ids := make([]string, 0, len(devs))
+	for _, d := range devs {
+		ids = append(ids, d.ID)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // eventually polls cond every 5ms until it holds or timeout passes.

@@ -4,12 +4,17 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
@@ -363,58 +368,244 @@ func TestPersistFailureUndoesTheChange(t *testing.T) {
 	}
 }
 
-// crashEnv names the state file for the crash helper process.
-const crashEnv = "CARVE_SIM_CRASH_STATE"
+// crashEnv names the state file for the crash helper process; crashStopEnv,
+// when set, the number of steps after which it stops changing the machine
+// and waits to be killed.
+const (
+	crashEnv     = "CARVE_SIM_CRASH_STATE"
+	crashStopEnv = "CARVE_SIM_CRASH_STOP"
+)
+
+// crashScript is the sequence of changes the crash helper makes to an
+// a30x4 machine. Its first steps (the prefix) move the machine away from
+// the factory state in every aspect the state file holds: MIG on (GPU 0),
+// a pending mode apart from the current one (GPU 1), reboot-only with a +me
+// instance (GPU 2), GPU instance IDs with a gap and compute instance IDs
+// that do not start at 0, partial compute instances. After the prefix it
+// churns GPU 3 forever without undoing any of that.
+type crashScript struct {
+	prefix []func() error
+	churn  []func() error
+}
+
+func newCrashScript(m *sim.Machine) (*crashScript, error) {
+	var devs [4]partition.Device
+	for i := range devs {
+		d, err := m.Device(i)
+		if err != nil {
+			return nil, err
+		}
+		devs[i] = d
+	}
+	d0, d1, d2, d3 := devs[0], devs[1], devs[2], devs[3]
+	create := func(d partition.Device, profileID, start, size int) func() error {
+		return func() error {
+			_, err := d.CreateGPUInstance(profileID, partition.Placement{Start: start, Size: size})
+			return err
+		}
+	}
+	const p1g, p2g, p2gMe = 0, 1, 8 // A30 profile IDs: 1g.6gb, 2g.12gb, 2g.12gb+me
+	var churnGI partition.GPUInstance
+	return &crashScript{
+		prefix: []func() error{
+			func() error { return d0.SetMIGMode(partition.MIGEnabled) },
+			d0.Reset,
+			create(d0, p1g, 0, 1), // GI 1
+			create(d0, p1g, 1, 1), // GI 2
+			create(d0, p2g, 2, 2), // GI 3
+			func() error { _, err := d0.CreateComputeInstance(2); return err },
+			func() error { return d0.DestroyGPUInstance(1) },                              // GIs 2, 3 left
+			func() error { _, err := m.CreateComputeInstanceSlices(0, 3, 1); return err }, // CI 0
+			func() error { _, err := m.CreateComputeInstanceSlices(0, 3, 1); return err }, // CI 1
+			func() error { return d0.DestroyComputeInstance(3, 0) },                       // CI 1 left
+			func() error { return d1.SetMIGMode(partition.MIGEnabled) },                   // pending only
+			func() error { return d2.SetMIGMode(partition.MIGEnabled) },
+			d2.Reset,
+			create(d2, p2gMe, 2, 2),
+			func() error { _, err := d2.CreateComputeInstance(1); return err },
+			func() error { return m.SetRebootOnly(2, true) },
+		},
+		churn: []func() error{
+			func() error { return d3.SetMIGMode(partition.MIGEnabled) },
+			d3.Reset,
+			func() (err error) {
+				churnGI, err = d3.CreateGPUInstance(p2g, partition.Placement{Start: 2, Size: 2})
+				return err
+			},
+			func() error { _, err := d3.CreateComputeInstance(churnGI.ID); return err },
+			func() error { return d3.DestroyComputeInstance(churnGI.ID, 0) },
+			func() error { return d3.DestroyGPUInstance(churnGI.ID) },
+			func() error { return d3.SetMIGMode(partition.MIGDisabled) },
+		},
+	}, nil
+}
+
+// run makes change i of the script.
+func (s *crashScript) run(i int) error {
+	if i < len(s.prefix) {
+		return s.prefix[i]()
+	}
+	return s.churn[(i-len(s.prefix))%len(s.churn)]()
+}
+
+// crashStates replays the script in memory and returns the machine's state
+// after each of the first n changes (index 0: factory state).
+func crashStates(t *testing.T, n int) []sim.State {
+	t.Helper()
+	m := open(t, "a30x4")
+	s, err := newCrashScript(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := []sim.State{m.Snapshot()}
+	for i := range n {
+		if err := s.run(i); err != nil {
+			t.Fatalf("replay step %d: %v", i, err)
+		}
+		states = append(states, m.Snapshot())
+	}
+	return states
+}
 
 // TestCrashHelper is not a test: run by TestStateSurvivesKill in a child
-// process, it changes the machine in a loop until killed, printing a line
+// process, it runs the crash script until killed (or, with crashStopEnv,
+// for that many steps, then waits for its stdin to close), printing a line
 // after each change.
 func TestCrashHelper(t *testing.T) {
 	path := os.Getenv(crashEnv)
 	if path == "" {
 		t.Skip("helper process for TestStateSurvivesKill")
 	}
-	m, err := sim.Open("a30x4", path)
-	if err != nil {
-		fmt.Println("error:", err)
-		os.Exit(2)
-	}
-	if err := m.Init(); err != nil {
-		os.Exit(2)
-	}
 	out := bufio.NewWriter(os.Stdout)
-	step := func(err error) {
-		if err != nil {
-			fmt.Fprintln(out, "error:", err)
-			_ = out.Flush()
-			os.Exit(2)
-		}
-		fmt.Fprintln(out, "ok")
+	say := func(line string) {
+		fmt.Fprintln(out, line)
 		_ = out.Flush()
 	}
-	for i := 0; ; i++ {
-		d, _ := m.Device(i % 4)
-		step(d.SetMIGMode(partition.MIGEnabled))
-		step(d.Reset())
-		gi, err := d.CreateGPUInstance(1, partition.Placement{Start: 2 * (i % 2), Size: 2})
-		step(err)
-		_, err = d.CreateComputeInstance(gi.ID)
-		step(err)
-		step(d.DestroyComputeInstance(gi.ID, 0))
-		step(d.DestroyGPUInstance(gi.ID))
-		step(d.SetMIGMode(partition.MIGDisabled))
+	fail := func(err error) {
+		say("error: " + err.Error())
+		os.Exit(2)
 	}
+	stop := -1
+	if s := os.Getenv(crashStopEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			fail(err)
+		}
+		stop = n
+	}
+	m, err := sim.Open("a30x4", path)
+	if err != nil {
+		fail(err)
+	}
+	if err := m.Init(); err != nil {
+		fail(err)
+	}
+	s, err := newCrashScript(m)
+	if err != nil {
+		fail(err)
+	}
+	for i := 0; stop < 0 || i < stop; i++ {
+		if err := s.run(i); err != nil {
+			fail(fmt.Errorf("step %d: %w", i, err))
+		}
+		say("ok")
+	}
+	say("stopped")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(0)
 }
 
+// stateAspects are the aspects of a state file in which the crash script's
+// prefix leaves the machine unlike the factory state; a reload that lost
+// any of them fails.
+var stateAspects = []struct {
+	name  string
+	holds func(sim.State) bool
+}{
+	{"a GPU with MIG on", func(st sim.State) bool {
+		return slices.ContainsFunc(st.GPUs, func(g sim.GPUState) bool { return g.MIGMode == "enabled" })
+	}},
+	{"a pending MIG mode unlike the current one", func(st sim.State) bool {
+		return slices.ContainsFunc(st.GPUs, func(g sim.GPUState) bool { return g.PendingMIGMode != g.MIGMode })
+	}},
+	{"a reboot-only GPU", func(st sim.State) bool {
+		return slices.ContainsFunc(st.GPUs, func(g sim.GPUState) bool { return g.RebootOnly })
+	}},
+	{"a media-extensions instance", func(st sim.State) bool {
+		return slices.ContainsFunc(st.GPUs, func(g sim.GPUState) bool {
+			return slices.ContainsFunc(g.Instances, func(in sim.InstanceState) bool { return strings.HasSuffix(in.Profile, "+me") })
+		})
+	}},
+	{"GPU instance IDs other than 1..n", func(st sim.State) bool {
+		return slices.ContainsFunc(st.GPUs, func(g sim.GPUState) bool {
+			for i, in := range g.Instances {
+				if in.GIID != i+1 {
+					return true
+				}
+			}
+			return false
+		})
+	}},
+	{"compute instance IDs other than 0..n-1", func(st sim.State) bool {
+		return slices.ContainsFunc(st.GPUs, func(g sim.GPUState) bool {
+			return slices.ContainsFunc(g.Instances, func(in sim.InstanceState) bool {
+				for i, ci := range in.CIs {
+					if ci.ID != i {
+						return true
+					}
+				}
+				return false
+			})
+		})
+	}},
+	{"a partial compute instance", func(st sim.State) bool {
+		return slices.ContainsFunc(st.GPUs, func(g sim.GPUState) bool {
+			return slices.ContainsFunc(g.Instances, func(in sim.InstanceState) bool {
+				m, _ := partition.LookupModel(g.Model)
+				p, _ := m.Profile(in.Profile)
+				return slices.ContainsFunc(in.CIs, func(ci sim.CIState) bool { return ci.ComputeSlices < p.ComputeSlices })
+			})
+		})
+	}},
+}
+
+// TestStateSurvivesKill kills a child process that changes a machine with
+// a state file, and reopens the file: the machine must come back exactly
+// as it was when killed (replayed here in memory), never in factory state.
 func TestStateSurvivesKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process")
 	}
-	for _, after := range []int{1, 7, 40} {
-		t.Run(fmt.Sprint(after), func(t *testing.T) {
+	script, err := newCrashScript(open(t, "a30x4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix, cycle := len(script.prefix), len(script.churn)
+	factory := open(t, "a30x4").Snapshot()
+	tests := []struct {
+		name  string
+		after int  // changes to see before the kill
+		stop  bool // the helper stops after them; else it runs on
+	}{
+		{"stopped within the prefix", 7, true},
+		{"stopped after the prefix", prefix, true},
+		{"stopped while churning", prefix + cycle + 3, true},
+		{"killed while churning", prefix + 1, false},
+		{"killed after many changes", prefix + 6*cycle, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "sim.json")
 			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$")
 			cmd.Env = append(os.Environ(), crashEnv+"="+path)
+			if tc.stop {
+				cmd.Env = append(cmd.Env, crashStopEnv+"="+strconv.Itoa(tc.after))
+			}
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stdin.Close()
 			stdout, err := cmd.StdoutPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -423,27 +614,71 @@ func TestStateSurvivesKill(t *testing.T) {
 				t.Fatal(err)
 			}
 			lines := bufio.NewScanner(stdout)
-			for n := 0; n < after; {
-				if !lines.Scan() {
-					t.Fatalf("helper stopped after %d changes", n)
+			changes := 0
+			read := func(until func() bool) {
+				t.Helper()
+				for !until() {
+					if !lines.Scan() {
+						t.Fatalf("helper stopped after %d changes", changes)
+					}
+					switch line := lines.Text(); {
+					case strings.HasPrefix(line, "error"):
+						t.Fatalf("helper: %s", line)
+					case line == "ok":
+						changes++
+					}
 				}
-				if strings.HasPrefix(lines.Text(), "error") {
-					t.Fatalf("helper: %s", lines.Text())
-				}
-				if lines.Text() == "ok" {
-					n++
-				}
+			}
+			if tc.stop {
+				read(func() bool { return lines.Text() == "stopped" })
+			} else {
+				read(func() bool { return changes >= tc.after })
 			}
 			if err := cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
+			for lines.Scan() { // changes made before the kill landed
+				if lines.Text() == "ok" {
+					changes++
+				}
+			}
 			_ = cmd.Wait()
+			if tc.stop && changes != tc.after {
+				t.Fatalf("helper made %d changes, want %d", changes, tc.after)
+			}
+
 			m, err := sim.Open("a30x4", path)
 			if err != nil {
 				t.Fatalf("state after kill: %v", err)
 			}
-			if st := m.Snapshot(); st.Version != 1 || len(st.GPUs) != 4 {
-				t.Errorf("state after kill: %+v", st)
+			got := m.Snapshot()
+			// A kill after a change was saved but before its line was
+			// printed leaves one change more than was seen.
+			states := crashStates(t, changes+1)
+			want := states[changes]
+			diff := cmp.Diff(want, got)
+			if diff != "" && !tc.stop && cmp.Diff(states[changes+1], got) == "" {
+				want, diff = states[changes+1], ""
+			}
+			if diff != "" {
+				t.Errorf("state after the kill after %d changes differs from the state before it (-before +reopened):\n%s", changes, diff)
+			}
+			if cmp.Diff(factory, want) == "" {
+				t.Fatalf("test bug: the state before the kill is the factory state")
+			}
+			if cmp.Diff(factory, got) == "" {
+				t.Errorf("reopened state is the factory state: nothing of the %d changes survived", changes)
+			}
+			if changes < prefix {
+				return
+			}
+			for _, a := range stateAspects {
+				if a.holds(factory) || !a.holds(want) {
+					t.Fatalf("test bug: %s: in factory state %v, before the kill %v", a.name, a.holds(factory), a.holds(want))
+				}
+				if !a.holds(got) {
+					t.Errorf("reopened state lost %s", a.name)
+				}
 			}
 		})
 	}
