@@ -26,14 +26,15 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 ## lint: golangci-lint (.golangci.yml: go vet's checks and more, gofmt,
-##       goimports) on both modules, and gofmt on every Go file whatever its
-##       build tags
+##       goimports) on both modules, carve-agent also with its test-hook
+##       build tag, and gofmt on every Go file whatever its build tags
 lint: $(GOLANGCI_LINT)
 	@out="$$(gofmt -l $(GOFILES))"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) config verify --config $(CURDIR)/.golangci.yml
 	@# Both modules, even when the first has findings; then fail if either had.
 	@rc=0; \
 	echo "$(GOLANGCI_LINT) run ./..."; $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./... || rc=1; \
+	echo "$(GOLANGCI_LINT) run --build-tags carve_testhooks ./cmd/carve-agent/"; $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml --build-tags carve_testhooks ./cmd/carve-agent/ || rc=1; \
 	echo "cd test && $(GOLANGCI_LINT) run ./..."; (cd test && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || rc=1; \
 	exit $$rc
 
@@ -45,15 +46,20 @@ $(GOLANGCI_LINT):
 	mv $(TOOLS)/.install/golangci-lint $@
 	@rmdir $(TOOLS)/.install
 
-## unit: unit and integration tests of the main module, race detector on
+## unit: unit and integration tests of the main module, race detector on;
+##       carve-agent's test hooks again with the build tag that compiles them
 unit:
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags carve_testhooks ./cmd/carve-agent/
 
-## fuzz: each fuzz target for a short while (FUZZTIME)
+## fuzz: each fuzz target of the main module (func FuzzX in a _test.go file)
+##       for a short while (FUZZTIME)
 fuzz:
-	@set -e; for t in $$($(GO) test -list '^Fuzz' ./configs/ | grep '^Fuzz'); do \
-		echo "fuzz $$t ($(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$$t\$$" -fuzztime=$(FUZZTIME) ./configs/; \
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' --exclude-dir=test --exclude-dir=bin . | xargs -n1 dirname | sort -u); do \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$dir/*_test.go); do \
+			echo "fuzz $$dir $$t ($(FUZZTIME))"; \
+			$(GO) test -run='^$$' -fuzz="^$$t\$$" -fuzztime=$(FUZZTIME) $$dir; \
+		done; \
 	done
 
 ## e2e: tests against a real local Kubernetes (needs root; installs packages;

@@ -1,8 +1,11 @@
 package v1
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/carve-dev/carve/partition"
@@ -51,12 +54,21 @@ func (c Checkpoint) Encode() ([]byte, error) {
 	return b, nil
 }
 
-// DecodeCheckpoint parses a checkpoint written by Encode; a checkpoint of
-// another format version is an error.
+// DecodeCheckpoint parses a checkpoint written by Encode; another format
+// version, a field this version does not know, or anything after the
+// object is an error.
 func DecodeCheckpoint(data []byte) (Checkpoint, error) {
 	var c Checkpoint
-	if err := json.Unmarshal(data, &c); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	// A field this agent does not know is a checkpoint it cannot resume
+	// faithfully (one a newer agent wrote): refuse it, and the caller
+	// re-plans from the GPUs as they are.
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
 		return Checkpoint{}, fmt.Errorf("decode checkpoint: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Checkpoint{}, errors.New("decode checkpoint: data after the JSON object")
 	}
 	if c.Version != CheckpointVersion {
 		return Checkpoint{}, fmt.Errorf("decode checkpoint: format version %d, want %d", c.Version, CheckpointVersion)

@@ -100,7 +100,9 @@ func (r NodeRecord) Encode() (string, error) {
 	return string(b), nil
 }
 
-// DecodeNodeRecord parses an annotation value written by Encode.
+// DecodeNodeRecord parses an annotation value written by Encode. Fields it
+// does not know are ignored, not refused: during a rolling upgrade agents
+// and carvectl of two versions read each other's records.
 func DecodeNodeRecord(s string) (NodeRecord, error) {
 	var r NodeRecord
 	if err := json.Unmarshal([]byte(s), &r); err != nil {

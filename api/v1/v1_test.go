@@ -119,7 +119,14 @@ func TestCheckpointVersion(t *testing.T) {
 	if cp.Version != CheckpointVersion || cp.OpsDone() != 3 {
 		t.Errorf("decoded version %d, ops done %d; want %d, 3", cp.Version, cp.OpsDone(), CheckpointVersion)
 	}
-	if _, err := DecodeCheckpoint([]byte(`{"version":2}`)); err == nil || !strings.Contains(err.Error(), "format version 2") {
-		t.Errorf("a version 2 checkpoint: err %v, want a version error", err)
+	for _, bad := range []struct{ data, mention string }{
+		{`{"version":2}`, "format version 2"},
+		{`{"version":1,"profile":"p","opsTotal":1}`, `unknown field "opsTotal"`},
+		{string(b) + `}`, "after the JSON object"},
+		{string(b) + string(b), "after the JSON object"},
+	} {
+		if _, err := DecodeCheckpoint([]byte(bad.data)); err == nil || !strings.Contains(err.Error(), bad.mention) {
+			t.Errorf("DecodeCheckpoint(%s): err %v, want one saying %q", bad.data, err, bad.mention)
+		}
 	}
 }

@@ -138,7 +138,7 @@ func Parse(spec string) (Spec, error) {
 		if !ok {
 			return Spec{}, fmt.Errorf("unknown simulated machine or model %q in %q (%s): %w", key, spec, validNames(), partition.ErrInvalidArgument)
 		}
-		if len(out.GPUs)+count > maxGPUs {
+		if count > maxGPUs-len(out.GPUs) { // not len+count, which a huge count overflows
 			return Spec{}, fmt.Errorf("simulated machine %q: more than %d GPUs: %w", spec, maxGPUs, partition.ErrInvalidArgument)
 		}
 		for range count {

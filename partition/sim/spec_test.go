@@ -61,6 +61,7 @@ func TestParseErrors(t *testing.T) {
 		{"h100-80gb,,a30-24gb", "h100-80gb*2"},
 		{"dgx-h100,a30-24gb", "l4-24gb"},
 		{"h100-80gb*65", "more than 64"},
+		{"a30-24gb,a30-24gb*9223372036854775807", "more than 64"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.spec, func(t *testing.T) {

@@ -3,7 +3,9 @@ package sim
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,7 +123,10 @@ func ParseState(data []byte) (State, error) {
 	if err := dec.Decode(&st); err != nil {
 		return State{}, fmt.Errorf("decode simulator state: %w", err)
 	}
-	if dec.More() {
+	// Only white space may follow the object. (dec.More would let a stray
+	// "}" or "]" through: it reports the end of an enclosing object or
+	// array, not of the input.)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return State{}, fmt.Errorf("decode simulator state: data after the JSON object: %w", partition.ErrInvalidArgument)
 	}
 	if st.Version != StateVersion {
