@@ -152,6 +152,13 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 		return err
 	}
 	defer func() { _ = lib.Shutdown() }()
+	closeJournal, err := simOpJournal(getenv, lib)
+	if err != nil {
+		return err
+	}
+	if closeJournal != nil {
+		defer func() { _ = closeJournal() }()
+	}
 
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {

@@ -4,7 +4,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"strconv"
 
 	"github.com/carve-dev/carve/partition"
@@ -26,6 +28,34 @@ const ExitAfterOpsEnv = "CARVE_FAULT_EXIT_AFTER_OPS"
 
 // ExitAfterOpsCode is the exit status of a stop caused by ExitAfterOpsEnv.
 const ExitAfterOpsCode = 86
+
+// SimOpJournalEnv names a test hook for crash tests: when set to a path
+// and the GPUs are simulated, every NVML call that changes them is appended
+// to that file, one line each (sim.Machine.SetOpJournal), so that a test
+// can read what several runs of the agent did to the GPUs between them.
+const SimOpJournalEnv = "CARVE_TEST_SIM_OP_JOURNAL"
+
+// simOpJournal starts the journal SimOpJournalEnv asks for on lib, and
+// returns the function that closes it (nil when none is asked for).
+func simOpJournal(getenv func(string) string, lib partition.NVML) (func() error, error) {
+	path := getenv(SimOpJournalEnv)
+	if path == "" {
+		return nil, nil
+	}
+	m, ok := lib.(interface{ SetOpJournal(w io.Writer) })
+	if !ok {
+		return nil, fmt.Errorf("%s=%s: the GPUs are not simulated (--gpus sim:...)", SimOpJournalEnv, path)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", SimOpJournalEnv, err)
+	}
+	m.SetOpJournal(f)
+	return func() error {
+		m.SetOpJournal(nil)
+		return f.Close()
+	}, nil
+}
 
 // afterOpHook returns the AfterOp hook the test hooks in the environment
 // ask for (ExitAfterOpsEnv), or nil when none is set.

@@ -14,3 +14,9 @@ import (
 func afterOpHook(func(string) string, *slog.Logger, func(int)) (func(int, int, partition.Op) error, error) {
 	return nil, nil
 }
+
+// simOpJournal starts no journal: this binary was built without the
+// carve_testhooks build tag (see testhooks.go).
+func simOpJournal(func(string) string, partition.NVML) (func() error, error) {
+	return nil, nil
+}

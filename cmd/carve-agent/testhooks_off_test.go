@@ -28,3 +28,17 @@ func TestDefaultBuildIgnoresExitAfterOps(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultBuildHasNoSimOpJournal checks that a binary built without the
+// carve_testhooks tag keeps no op journal and reads no environment for it.
+func TestDefaultBuildHasNoSimOpJournal(t *testing.T) {
+	var read []string
+	getenv := func(k string) string {
+		read = append(read, k)
+		return "/tmp/journal"
+	}
+	closeFn, err := simOpJournal(getenv, nil)
+	if closeFn != nil || err != nil || len(read) != 0 {
+		t.Errorf("close %v, err %v, read %v; want none of them", closeFn != nil, err, read)
+	}
+}

@@ -4,9 +4,13 @@ package main
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/gpus"
 )
 
 func TestExitAfterOps(t *testing.T) {
@@ -54,5 +58,50 @@ func TestAfterOpHookReadsTheEnvironment(t *testing.T) {
 	env[ExitAfterOpsEnv] = "x"
 	if _, err := afterOpHook(func(k string) string { return env[k] }, log, func(int) {}); err == nil {
 		t.Errorf("%s=x accepted", ExitAfterOpsEnv)
+	}
+}
+
+func TestSimOpJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ops.log")
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	lib, err := gpus.Open("sim:a30x4", gpus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if closeFn, err := simOpJournal(getenv, lib); closeFn != nil || err != nil {
+		t.Fatalf("unset: close %v, err %v; want neither", closeFn != nil, err)
+	}
+
+	env[SimOpJournalEnv] = path
+	if _, err := simOpJournal(getenv, struct{ partition.NVML }{lib}); err == nil || !strings.Contains(err.Error(), "not simulated") {
+		t.Errorf("real GPUs: err %v, want one saying they are not simulated", err)
+	}
+	closeFn, err := simOpJournal(getenv, lib)
+	if err != nil || closeFn == nil {
+		t.Fatalf("set: close %v, err %v; want a journal", closeFn != nil, err)
+	}
+	d, err := lib.Device(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetMIGMode(partition.MIGEnabled); err != nil {
+		t.Fatal(err)
+	}
+	if err := closeFn(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetMIGMode(partition.MIGDisabled); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "GPU 1 SetMIGMode(enabled)"; !strings.HasPrefix(string(got), want) || strings.Count(string(got), "\n") != 1 {
+		t.Errorf("journal %q, want one line starting %q (nothing after the journal was closed)", got, want)
 	}
 }

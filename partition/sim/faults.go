@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -131,6 +132,17 @@ func (m *Machine) OpLog() []Op {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.ops)
+}
+
+// SetOpJournal makes the machine also write every op it logs to w, one
+// line each (Op.String), as it happens; nil stops it. A journal outlives
+// the process that made the ops, which OpLog does not: a crash test gives
+// every run of an agent one file and reads what all of them did to the
+// GPUs (test/e2e/crash_test.go).
+func (m *Machine) SetOpJournal(w io.Writer) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.journal = w
 }
 
 // ResetOpLog empties the op log.

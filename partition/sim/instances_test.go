@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 )
@@ -270,6 +272,8 @@ func TestGPUIdentity(t *testing.T) {
 
 func TestOpLog(t *testing.T) {
 	m := open(t, "a30x4")
+	var journal strings.Builder
+	m.SetOpJournal(&journal)
 	d := device(t, m, 2)
 	if ops := m.OpLog(); len(ops) != 0 {
 		t.Fatalf("fresh machine logged %v", ops)
@@ -313,6 +317,18 @@ func TestOpLog(t *testing.T) {
 	}
 	if ops[2].Result != "gi 1 (2g.12gb)" || !strings.Contains(ops[3].String(), ci.UUID) {
 		t.Errorf("results: %q, %q", ops[2].Result, ops[3])
+	}
+	var lines []string
+	for _, o := range ops {
+		lines = append(lines, o.String()+"\n")
+	}
+	if diff := cmp.Diff(strings.Join(lines, ""), journal.String()); diff != "" {
+		t.Errorf("journal differs from the op log (-log +journal):\n%s", diff)
+	}
+	m.SetOpJournal(nil)
+	_ = d.DestroyGPUInstance(gi.ID)
+	if got := strings.Count(journal.String(), "\n"); got != len(ops) {
+		t.Errorf("journal has %d lines after SetOpJournal(nil) and another op, want %d", got, len(ops))
 	}
 	m.ResetOpLog()
 	if ops := m.OpLog(); len(ops) != 0 {

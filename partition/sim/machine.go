@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -29,6 +30,7 @@ type Machine struct {
 	gpus     []*gpuState
 	faults   []*Fault
 	ops      []Op
+	journal  io.Writer
 	watchers map[*eventSet]struct{}
 }
 
@@ -221,6 +223,11 @@ func (m *Machine) mutation(i int, nvml bool, call, args string, fn func(g *gpuSt
 	err := m.runMutation(i, nvml, call, fn, &op)
 	op.Err = err
 	m.ops = append(m.ops, op)
+	if m.journal != nil {
+		// A lost line only makes a reader of the journal see fewer ops than
+		// were made; the GPU change itself stands.
+		_, _ = fmt.Fprintln(m.journal, op.String())
+	}
 	return err
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
+	"github.com/carve-dev/carve/timeslice"
 )
 
 // The profile ConfigMap the agents of these tests read. Its namespace is
@@ -493,12 +494,19 @@ func watchWindow(ctx context.Context, t *testing.T, c *cluster.Cluster, start, e
 	waitAllocatable(ctx, t, c.Clientset(), c.NodeName(), map[string]int64{gpu: 1})
 }
 
+// boundarySlack is how late after a window's boundary the node may show the
+// new profile in force: the agent's timer, one reconcile (a time-slicing
+// change) and the label patch, and the test's 250 ms reads of the node.
+const boundarySlack = 5 * time.Second
+
 // crossBoundary waits for the node to have profile in force, inside window
 // soon or outside any, and fails the test when that happens more than a
-// second before the boundary at (real time).
+// second before the boundary at (real time) or more than boundarySlack
+// after it.
 func crossBoundary(ctx context.Context, t *testing.T, c *cluster.Cluster, at time.Time, which, profile string, inside bool) *corev1.Node {
 	t.Helper()
 	what := fmt.Sprintf("profile %s in force at the window's %s", profile, which)
+	// Waiting past the slack tells how late a late switch is.
 	n, err := harness.WaitNode(ctx, c.Clientset(), c.NodeName(), time.Until(at)+30*time.Second, what, func(n *corev1.Node) bool {
 		w, in := n.Labels[carvev1.LabelWindow]
 		return in == inside && (!inside || w == "soon") &&
@@ -508,10 +516,14 @@ func crossBoundary(ctx context.Context, t *testing.T, c *cluster.Cluster, at tim
 		t.Fatal(err)
 	}
 	seen := time.Now()
-	if seen.Before(at.Add(-time.Second)) {
-		t.Errorf("%s %s before the window's %s", what, at.Sub(seen), which)
+	late := seen.Sub(at)
+	switch {
+	case late < -time.Second:
+		t.Errorf("%s %s before the window's %s", what, -late, which)
+	case late > boundarySlack:
+		t.Errorf("%s %s after the window's %s, more than %s late", what, late.Round(10*time.Millisecond), which, boundarySlack)
 	}
-	t.Logf("window %s: profile %s in force %s after the boundary", which, profile, seen.Sub(at).Round(10*time.Millisecond))
+	t.Logf("window %s: profile %s in force %s after the boundary", which, profile, late.Round(10*time.Millisecond))
 	return n
 }
 
@@ -592,8 +604,9 @@ func kubeletDevices(ctx context.Context, socket, res string) ([]string, error) {
 }
 
 // TestAgentAPIServerOutage: the API server is down for 30 s, and a window
-// starts 10 s into the outage. The kubelet keeps the devices throughout,
-// the agent switches the partition at the boundary, and the node's labels
+// starts 10 s into the outage. The kubelet keeps the devices throughout
+// (read every 250 ms: never an error, never a device more or less), the
+// agent switches the partition at the boundary, and the node's labels
 // catch up once the API server is back.
 func TestAgentAPIServerOutage(t *testing.T) {
 	c := suite.Cluster(t)
@@ -610,6 +623,7 @@ func TestAgentAPIServerOutage(t *testing.T) {
 	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
 	start := clock.startAt(boundary.Add(-20*time.Second), 20*time.Second)
 	poke(ctx, t, c)
+	whole, replicas := outageDevices(t, m)
 	time.Sleep(time.Until(start.Add(-10 * time.Second)))
 
 	t.Log("stopping the API server for 30 s")
@@ -625,26 +639,17 @@ func TestAgentAPIServerOutage(t *testing.T) {
 			}
 		}
 	}()
-	ids, err := kubeletDevices(ctx, c.PodResourcesSocket(), gpu)
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("with the API server down the kubelet has %s devices %v (err %v), want the 1 whole GPU", gpu, ids, err)
-	}
+	switched := watchKubeletDevices(ctx, t, c, stopped.Add(30*time.Second), whole, replicas)
 	// The window starts 10 s into the outage: the agent realises it from
 	// its cache and the kubelet gets the three replicas.
-	err = harness.Poll(ctx, 15*time.Second+time.Until(start), func(ctx context.Context) (bool, error) {
-		ids, err = kubeletDevices(ctx, c.PodResourcesSocket(), gpu)
-		return err == nil && len(ids) == 3, nil
-	})
-	if err != nil {
-		t.Fatalf("the window's replicas never reached the kubelet during the outage: last %v: %v", ids, err)
+	switch late := switched.Sub(start); {
+	case switched.IsZero():
+		t.Fatalf("the window's replicas never reached the kubelet during the outage")
+	case late < -time.Second:
+		t.Errorf("switched %s before the window's start", -late)
+	case late > boundarySlack:
+		t.Errorf("switched %s after the window's start, more than %s late", late.Round(10*time.Millisecond), boundarySlack)
 	}
-	if !strings.Contains(ids[0], "::") {
-		t.Errorf("device IDs %v are not replicas", ids)
-	}
-	if time.Now().Before(start.Add(-time.Second)) {
-		t.Errorf("switched before the window's start")
-	}
-	time.Sleep(time.Until(stopped.Add(30 * time.Second)))
 	if !r.running() {
 		t.Fatal("the agent stopped during the outage")
 	}
@@ -677,6 +682,47 @@ func TestAgentAPIServerOutage(t *testing.T) {
 		}
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 3})
 	})
+}
+
+// outageDevices are the device IDs of nvidia.com/gpu on the one-GPU
+// machine m: the whole GPU, and its three replicas.
+func outageDevices(t *testing.T, m *sim.Machine) (whole, replicas []string) {
+	t.Helper()
+	gpus, err := partition.ReadInventory(m)
+	if err != nil || len(gpus) != 1 {
+		t.Fatalf("inventory %v, err %v; want one GPU", gpus, err)
+	}
+	for n := range 3 {
+		replicas = append(replicas, timeslice.ReplicaID(gpus[0].UUID, n))
+	}
+	return []string{gpus[0].UUID}, replicas
+}
+
+// watchKubeletDevices reads the kubelet's nvidia.com/gpu devices
+// (PodResources GetAllocatableResources) every 250 ms until end, and fails
+// the test on any read that errs or is neither exactly whole nor, from the
+// first time they show, exactly replicas. It returns when replicas first
+// showed (zero if never).
+func watchKubeletDevices(ctx context.Context, t *testing.T, c *cluster.Cluster, end time.Time, whole, replicas []string) (switched time.Time) {
+	t.Helper()
+	reads := 0
+	for ; time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+		ids, err := kubeletDevices(ctx, c.PodResourcesSocket(), gpu)
+		reads++
+		switch {
+		case err != nil:
+			t.Fatalf("read %d of the kubelet's devices during the outage: %v", reads, err)
+		case slices.Equal(ids, whole) && switched.IsZero():
+		case slices.Equal(ids, replicas):
+			if switched.IsZero() {
+				switched = time.Now()
+			}
+		default:
+			t.Fatalf("read %d during the outage: the kubelet has %s devices %v, want %v or, from the window's start on, %v", reads, gpu, ids, whole, replicas)
+		}
+	}
+	t.Logf("%d reads of the kubelet's devices during the outage, each exactly the whole GPU or its replicas", reads)
+	return switched
 }
 
 const drainProfiles = `version: v1
@@ -783,6 +829,11 @@ func TestAgentDrain(t *testing.T) {
 			t.Fatalf("the PodDisruptionBudget did not protect the pod: %s", ph)
 		}
 
+		stopWatch, err := harness.WatchDisruption(ctx, cs, metav1.NamespaceDefault, "drain-evict")
+		if err != nil {
+			t.Fatal(err)
+		}
+		evicting := time.Now()
 		if err := cs.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Delete(ctx, pdb.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -790,6 +841,12 @@ func TestAgentDrain(t *testing.T) {
 		if err := harness.WaitPodGone(ctx, cs, metav1.NamespaceDefault, "drain-evict", 2*time.Minute); err != nil {
 			t.Fatalf("not evicted: %v", err)
 		}
+		// Gone through the Eviction API, not by a delete: the API server
+		// marked it, and carve says it evicted it.
+		if reason, seen := stopWatch(); reason != harness.DisruptionReasonEviction {
+			t.Errorf("the pod's DisruptionTarget reason was %q, want %s; the watch saw:\n%s", reason, harness.DisruptionReasonEviction, strings.Join(seen, "\n"))
+		}
+		waitEvent(ctx, t, c, carvev1.ReasonEvicted, "evicted pod default/drain-evict through the Eviction API", evicting)
 		waitState(ctx, t, c, carvev1.StateSuccess, "whole")
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{gpu: 1})
 		if uuids := migUUIDs(t, m); len(uuids) != 0 {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
@@ -57,13 +59,14 @@ func layout(t *testing.T, m partition.NVML) map[int]string {
 
 // crashStates builds the simulator state files of the test: the node
 // before (profile before applied), and the layout a clean apply of profile
-// after gives, with the number of NVML ops it takes.
-func crashStates(t *testing.T, dir string) (before []byte, want map[int]string, ops int) {
+// after gives, with the NVML calls that apply makes, one line each as the
+// simulator's op journal writes them.
+func crashStates(t *testing.T, dir string) (before []byte, want map[int]string, ops []string) {
 	t.Helper()
 	path := filepath.Join(dir, "before.json")
 	m, err := sim.Open(crashSpec, path)
 	m = initSim(t, m, err)
-	apply := func(targets map[int]partition.Target) int {
+	apply := func(targets map[int]partition.Target) {
 		node, err := partition.ReadNode(m)
 		if err != nil {
 			t.Fatal(err)
@@ -73,6 +76,7 @@ func crashStates(t *testing.T, dir string) (before []byte, want map[int]string, 
 			t.Fatal(err)
 		}
 		n := 0
+		m.ResetOpLog()
 		for _, gp := range plan.GPUs {
 			n += len(gp.Ops)
 			ap := partition.Applier{Lib: m}
@@ -80,25 +84,47 @@ func crashStates(t *testing.T, dir string) (before []byte, want map[int]string, 
 				t.Fatal(err)
 			}
 		}
-		return n
+		// The test counts the agent's ops (its crash hook) in NVML calls.
+		if got := len(m.OpLog()); got != n {
+			t.Fatalf("the plan's %d ops made %d NVML calls; the test wants one each", n, got)
+		}
 	}
 	apply(map[int]partition.Target{0: {MIG: map[string]int{"1g.10gb": 7}}, 1: {}})
 	if before, err = os.ReadFile(path); err != nil {
 		t.Fatal(err)
 	}
-	ops = apply(map[int]partition.Target{
+	apply(map[int]partition.Target{
 		0: {MIG: map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
 		1: {MIG: map[string]int{"4g.40gb": 1, "3g.40gb": 1}},
 	})
+	for _, op := range m.OpLog() {
+		ops = append(ops, op.String())
+	}
 	return before, layout(t, m), ops
+}
+
+// journal reads an op journal's lines.
+func journal(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
 }
 
 // TestAgentCrashAfterEveryOp kills the carve-agent binary right after its
 // k-th NVML op, for every k of a change from profile before to profile
 // after, and restarts it: every restart converges to exactly the layout of
 // a clean apply (no instance made twice, none left over) and removes the
-// checkpoint. The simulated GPUs keep their state in a file across the
-// restarts, as hardware would.
+// checkpoint; the simulator's op journal shows that the two runs made
+// between them exactly the NVML calls of a clean apply: the restarted
+// agent makes the ops that were left (total − k), and destroys and
+// re-creates nothing. The simulated GPUs keep their state in a file across
+// the restarts, as hardware would.
 func TestAgentCrashAfterEveryOp(t *testing.T) {
 	c := suite.Cluster(t)
 	ctx := testCtx(t, 25*time.Minute)
@@ -112,7 +138,8 @@ func TestAgentCrashAfterEveryOp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, want, ops := crashStates(t, dir)
+	before, want, wantOps := crashStates(t, dir)
+	ops := len(wantOps)
 	if ops < 10 {
 		t.Fatalf("the change takes only %d ops; the test wants a longer one", ops)
 	}
@@ -147,8 +174,10 @@ func TestAgentCrashAfterEveryOp(t *testing.T) {
 		}
 		setProfileLabel(ctx, t, c, "after")
 		since := time.Now()
+		journalPath := filepath.Join(dir, fmt.Sprintf("ops-%d.log", k))
+		journalEnv := "CARVE_TEST_SIM_OP_JOURNAL=" + journalPath
 
-		crash, err := harness.Start(bin, args, []string{fmt.Sprintf("CARVE_FAULT_EXIT_AFTER_OPS=%d", k)}, logPath)
+		crash, err := harness.Start(bin, args, []string{fmt.Sprintf("CARVE_FAULT_EXIT_AFTER_OPS=%d", k), journalEnv}, logPath)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,8 +195,11 @@ func TestAgentCrashAfterEveryOp(t *testing.T) {
 		if got := layout(t, openState(t, statePath)); maps.Equal(got, want) && k < ops {
 			t.Fatalf("k=%d: the GPUs reached the target before the last op", k)
 		}
+		if diff := cmp.Diff(wantOps[:k], journal(t, journalPath)); diff != "" {
+			t.Fatalf("k=%d: the crashed agent's NVML calls differ from a clean apply's first %d (-clean +crashed):\n%s", k, k, diff)
+		}
 
-		agentProc, err := harness.Start(bin, args, nil, logPath)
+		agentProc, err := harness.Start(bin, args, []string{journalEnv}, logPath)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,6 +219,9 @@ func TestAgentCrashAfterEveryOp(t *testing.T) {
 		}
 		if got := layout(t, openState(t, statePath)); !maps.Equal(got, want) {
 			t.Fatalf("k=%d: the GPUs hold\n%v\nwant (a clean apply)\n%v", k, got, want)
+		}
+		if diff := cmp.Diff(wantOps, journal(t, journalPath)); diff != "" {
+			t.Fatalf("k=%d: the crashed and the restarted agent's NVML calls differ from a clean apply's (-clean +both runs):\n%s", k, diff)
 		}
 		if _, err := os.Stat(filepath.Join(stateDir, "intent.json")); !os.IsNotExist(err) {
 			t.Fatalf("k=%d: the checkpoint is still there after convergence (err %v)", k, err)

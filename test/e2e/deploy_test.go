@@ -14,7 +14,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -258,75 +257,14 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 		created = append(created, o)
 	}
 
-	user := "system:serviceaccount:" + deployNS + ":" + deploySA
-	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + deployNS, "system:authenticated"}
-	type access struct {
-		verb, group, resource, sub, ns, name string
-	}
-	allowed := func(a access) bool {
-		t.Helper()
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: groups,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.sub, Namespace: a.ns, Name: a.name,
-			},
-		}}
-		got, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("SubjectAccessReview %+v: %v", a, err)
-		}
-		return got.Status.Allowed
-	}
+	user, groups := serviceAccountUser(deployNS, deploySA)
 	node := c.NodeName()
-	must := []access{
-		{"get", "", "nodes", "", "", node},
-		{"list", "", "nodes", "", "", node},
-		{"watch", "", "nodes", "", "", node},
-		{"patch", "", "nodes", "", "", node},
-		{"get", "", "configmaps", "", deployNS, profilesCM},
-		{"list", "", "configmaps", "", deployNS, profilesCM},
-		{"watch", "", "configmaps", "", deployNS, profilesCM},
-		{"create", "", "events", "", "default", ""},
-		{"patch", "", "events", "", "default", ""},
-		{"create", "", "pods", "eviction", "default", "some-pod"},
-	}
-	mustNot := []access{
-		{"delete", "", "nodes", "", "", node},
-		{"update", "", "nodes", "", "", node},
-		{"create", "", "nodes", "", "", ""},
-		{"patch", "", "nodes", "status", "", node},
-		{"get", "", "secrets", "", deployNS, "any"},
-		{"list", "", "secrets", "", deployNS, ""},
-		{"get", "", "secrets", "", "kube-system", "any"},
-		{"get", "", "configmaps", "", deployNS, "other"},
-		{"list", "", "configmaps", "", deployNS, ""},
-		{"watch", "", "configmaps", "", deployNS, ""},
-		{"get", "", "configmaps", "", "kube-system", profilesCM},
-		{"update", "", "configmaps", "", deployNS, profilesCM},
-		{"patch", "", "configmaps", "", deployNS, profilesCM},
-		{"delete", "", "configmaps", "", deployNS, profilesCM},
-		{"get", "", "pods", "", "default", ""},
-		{"list", "", "pods", "", "", ""},
-		{"delete", "", "pods", "", "default", "some-pod"},
-		{"delete", "", "events", "", "default", ""},
-		{"create", "events.k8s.io", "events", "", "default", ""},
-		{"create", "", "serviceaccounts", "token", deployNS, deploySA},
-	}
 	// The first review may race the RBAC cache; wait until the binding shows.
 	deadline := time.Now().Add(30 * time.Second)
-	for !allowed(must[0]) && time.Now().Before(deadline) {
+	for !allowed(ctx, t, cs, user, groups, agentNeeds(node)[0]) && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
 	}
-	for _, a := range must {
-		if !allowed(a) {
-			t.Errorf("%s may not %+v; the agent needs it", user, a)
-		}
-	}
-	for _, a := range mustNot {
-		if allowed(a) {
-			t.Errorf("%s may %+v; the agent does not need it", user, a)
-		}
-	}
+	checkAccess(ctx, t, cs, user, groups, node)
 
 	// The informers' real requests, as the ServiceAccount: a list and a
 	// watch of the ConfigMap with the field selector metadata.name, which

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
@@ -128,9 +131,15 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Run(runCtx) }()
-	t.Cleanup(func() { stopRun(); <-done; mgr.Stop() })
+	runErr := make(chan error, 1)
+	go func() { runErr <- mgr.Run(runCtx) }()
+	t.Cleanup(func() {
+		stopRun()
+		if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("manager Run: %v", err)
+		}
+		mgr.Stop()
+	})
 	if err := mgr.Update(ctx, res); err != nil {
 		t.Fatalf("update: %v", err)
 	}
@@ -201,9 +210,23 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 		if err != nil {
 			t.Fatalf("in use %+v: %v", inUse, err)
 		}
-		for _, u := range inUse.UUIDs {
-			if !inUse.Holds(u) || !slices.Contains(migUUIDs, u) {
-				t.Errorf("in-use UUID %s is not a MIG device of GPU 0", u)
+		// The holder is the only pod holding a device now: the in-use set
+		// is its one MIG device, and says no to every other device.
+		var held string
+		for _, a := range inUse.Assignments {
+			if a.Pod == "holder" {
+				held = a.UUIDs[0]
+			}
+		}
+		if !slices.Contains(migUUIDs, held) {
+			t.Fatalf("the holder holds %q, not a MIG device of GPU 0 %v", held, migUUIDs)
+		}
+		if diff := cmp.Diff([]string{held}, inUse.UUIDs); diff != "" {
+			t.Errorf("in-use set (-want +got):\n%s", diff)
+		}
+		for _, u := range append(slices.Clone(migUUIDs), gpus[1].UUID) {
+			if got := inUse.Holds(u); got != (u == held) {
+				t.Errorf("Holds(%s) = %v, want %v", u, got, u == held)
 			}
 		}
 	})
@@ -222,8 +245,18 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7, gpu: 21})
 		createPod(ctx, t, cs, harness.DevicePod("after-restart", gpu, 2, 0))
 		got := strings.Split(terminationMessage(ctx, t, cs, "after-restart"), ",")
-		if len(got) < 1 || !strings.HasPrefix(got[0], "GPU-") {
-			t.Fatalf("NVIDIA_VISIBLE_DEVICES = %v after restart", got)
+		// Two of the 21 replicas, spread over two of the seven whole GPUs.
+		var whole []string
+		for _, g := range gpus[1:] {
+			whole = append(whole, g.UUID)
+		}
+		if len(got) != 2 || got[0] == got[1] {
+			t.Fatalf("NVIDIA_VISIBLE_DEVICES = %v after restart, want 2 distinct GPUs", got)
+		}
+		for _, u := range got {
+			if !slices.Contains(whole, u) {
+				t.Errorf("%s is not one of the machine's whole GPUs %v", u, whole)
+			}
 		}
 	})
 }

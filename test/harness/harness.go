@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -395,4 +397,80 @@ func WaitEvent(ctx context.Context, cs kubernetes.Interface, node, reason, subst
 		return found, fmt.Errorf("no %s Event containing %q since %s (seen: %q): %w", reason, substr, since.Format(time.RFC3339), seen, err)
 	}
 	return found, nil
+}
+
+// DisruptionReasonEviction is the reason of the DisruptionTarget condition
+// the API server sets on a pod it evicts through the Eviction API, before it
+// deletes the pod; a plain delete sets none.
+const DisruptionReasonEviction = "EvictionByEvictionAPI"
+
+// WatchDisruption watches pod namespace/name from now on (an informer, which
+// lists, watches and watches again as needed) for its DisruptionTarget
+// condition. The returned stop waits (up to 30 s) until the pod is seen
+// deleted, ends the watch and returns the condition's reason ("" when the
+// pod never had it) and what was seen of the pod, a line per change, for a
+// failure message.
+func WatchDisruption(ctx context.Context, cs kubernetes.Interface, namespace, name string) (stop func() (string, []string), err error) {
+	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "pods", namespace, fields.OneTermEqualSelector("metadata.name", name))
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	var (
+		mu      sync.Mutex
+		reason  string
+		seen    []string
+		deleted = make(chan struct{})
+		once    sync.Once
+	)
+	record := func(what string, obj any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			seen = append(seen, fmt.Sprintf("%s %T", what, obj))
+			return
+		}
+		var conds []string
+		for _, cond := range p.Status.Conditions {
+			conds = append(conds, fmt.Sprintf("%s=%s(%s)", cond.Type, cond.Status, cond.Reason))
+			if cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue {
+				reason = cond.Reason
+			}
+		}
+		seen = append(seen, fmt.Sprintf("%s %s deleting=%v %s", what, p.Status.Phase, p.DeletionTimestamp != nil, strings.Join(conds, " ")))
+	}
+	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { record("add", obj) },
+		UpdateFunc: func(_, obj any) { record("update", obj) },
+		DeleteFunc: func(obj any) {
+			record("delete", obj)
+			once.Do(func() { close(deleted) })
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch pod %s/%s: %w", namespace, name, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inf.RunWithContext(ctx)
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		cancel()
+		<-done
+		return nil, fmt.Errorf("watch pod %s/%s: %w", namespace, name, ctx.Err())
+	}
+	return func() (string, []string) {
+		select {
+		case <-deleted:
+		case <-time.After(30 * time.Second):
+		}
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return reason, seen
+	}, nil
 }
