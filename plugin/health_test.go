@@ -110,7 +110,7 @@ func TestHealthXIDs(t *testing.T) {
 		{"custom ignore list: 79 ignored", []uint64{79}, partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1}, nil, nil},
 		{"custom ignore list: 13 critical", []uint64{79}, partition.XIDEvent{UUID: "GPU-1", XID: 13, GIID: -1, CIID: -1},
 			map[string][]string{sharedRes: {"GPU-1::0", "GPU-1::1"}}, map[string]uint64{"GPU-1": 13}},
-		{"unknown GPU changes nothing", nil, partition.XIDEvent{UUID: "GPU-7", XID: 79, GIID: -1, CIID: -1},
+		{"unknown GPU: recorded, no advertised device changes", nil, partition.XIDEvent{UUID: "GPU-7", XID: 79, GIID: -1, CIID: -1},
 			nil, map[string]uint64{"GPU-7": 79}},
 	}
 	healthy := map[string]map[string]string{sharedRes: sharedAll, migRes: migAll}

@@ -28,7 +28,6 @@ import (
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
-	"github.com/carve-dev/carve/timeslice"
 )
 
 // The profile ConfigMap the agents of these tests read. Its namespace is
@@ -692,8 +691,10 @@ func outageDevices(t *testing.T, m *sim.Machine) (whole, replicas []string) {
 	if err != nil || len(gpus) != 1 {
 		t.Fatalf("inventory %v, err %v; want one GPU", gpus, err)
 	}
+	// The documented form <uuid>::<n>, n from 0, written out here rather
+	// than taken from the code under test.
 	for n := range 3 {
-		replicas = append(replicas, timeslice.ReplicaID(gpus[0].UUID, n))
+		replicas = append(replicas, fmt.Sprintf("%s::%d", gpus[0].UUID, n))
 	}
 	return []string{gpus[0].UUID}, replicas
 }
