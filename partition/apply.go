@@ -183,8 +183,8 @@ func findGI(d Device, op Op) (int, error) {
 }
 
 // ResolveModel returns the MIG geometry of a GPU: read from the device when
-// MIG is on (ModelFromDevice), else the catalogue model for its product
-// (ModelForProduct). A GPU without MIG gets an error wrapping
+// MIG is on (ModelFromDevice), else the catalogue model for its PCI device
+// ID or product (IdentifyModel). A GPU without MIG gets an error wrapping
 // ErrNotSupported; a MIG-capable GPU that is off and missing from the
 // catalogue gets one wrapping ErrUnknownModel that says how to proceed.
 func ResolveModel(d Device, g GPU) (Model, error) {
@@ -198,7 +198,11 @@ func ResolveModel(d Device, g GPU) (Model, error) {
 		}
 		return m, nil
 	}
-	if m, ok := ModelForProduct(g.Product, g.MemoryMiB); ok {
+	pciID, err := devicePCIID(d)
+	if err != nil {
+		return Model{}, err
+	}
+	if m, ok := IdentifyModel(g.Product, g.MemoryMiB, pciID); ok {
 		return m, nil
 	}
 	var keys []string

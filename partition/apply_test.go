@@ -571,15 +571,18 @@ func TestResolveModel(t *testing.T) {
 		t.Fatalf("MIG on: %v", err)
 	}
 	// The key and the profiles; product and sizes are not compared.
-	if diff := cmp.Diff(m, dm, cmpopts.IgnoreFields(partition.Model{}, "Product", "MemoryMiB", "MemorySlices", "ComputeSlices")); diff != "" {
+	if diff := cmp.Diff(m, dm, cmpopts.IgnoreFields(partition.Model{}, "Product", "OtherProducts", "PCIDeviceIDs", "MemoryMiB", "MemorySlices", "ComputeSlices")); diff != "" {
 		t.Fatalf("MIG on: model read from the device (-catalogue +device):\n%s", diff)
+	}
+	if len(dm.PCIDeviceIDs) != 1 || dm.PCIDeviceIDs[0] != m.PCIDeviceIDs[0] {
+		t.Errorf("MIG on: PCI device IDs %v, want the device's %#x", dm.PCIDeviceIDs, m.PCIDeviceIDs[0])
 	}
 	// No MIG at all.
 	if _, err := partition.ResolveModel(d1, gpus[1]); !errors.Is(err, partition.ErrNotSupported) {
 		t.Errorf("L4: %v, want ErrNotSupported", err)
 	}
 	// MIG-capable, MIG off, unknown to the catalogue.
-	odd := partition.GPU{Index: 5, Product: "NVIDIA B200", MemoryMiB: 184320, MIGCapable: true}
+	odd := partition.GPU{Index: 5, Product: "NVIDIA X300", MemoryMiB: 184320, MIGCapable: true}
 	if _, err := partition.ResolveModel(nil, odd); !errors.Is(err, partition.ErrUnknownModel) || !strings.Contains(err.Error(), "enable MIG") {
 		t.Errorf("unknown model: %v", err)
 	}

@@ -57,8 +57,9 @@ type GIProfile struct {
 	MemoryMiB uint64 `json:"memoryMiB"`
 	// MaxCount is the most instances of this profile one GPU may hold.
 	MaxCount int `json:"maxCount"`
-	// MediaExtensions marks "+me" profiles; a GPU holds at most one such
-	// instance in all.
+	// MediaExtensions marks the profiles that take the GPU's single set of
+	// media extensions: "+me" and "+me.all" (all media engines). A GPU holds
+	// at most one such instance in all.
 	MediaExtensions bool `json:"mediaExtensions,omitempty"`
 	// Placements lists the valid placements, in start order.
 	Placements []Placement `json:"placements"`
@@ -143,6 +144,12 @@ type Device interface {
 	Name() (string, error)
 	// PCIBusID is the PCI bus ID, e.g. "00000000:07:00.0".
 	PCIBusID() (string, error)
+	// PCIDeviceID is the PCI device and vendor ID in one number, the
+	// device in the upper 16 bits: 0x233010DE for an H100 80GB HBM3
+	// (NVML's pciDeviceId). It identifies the model where product names
+	// vary (IdentifyModel); a device that cannot tell returns an error
+	// wrapping ErrNotSupported.
+	PCIDeviceID() (uint32, error)
 	// MemoryMiB is the total memory.
 	MemoryMiB() (uint64, error)
 	// MIGMode returns the current and the pending MIG mode. A GPU without

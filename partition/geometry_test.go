@@ -53,7 +53,7 @@ func TestGeometryFit(t *testing.T) {
 		{name: "empty fits", model: "A30-24GB", counts: nil},
 		{name: "too many", model: "H100-80GB", counts: map[string]int{"1g.10gb": 8}, wantErr: partition.ErrCannotPlace, words: "1g.10gb x8: at most 7 fit on H100-80GB"},
 		{name: "memory", model: "A100-40GB", counts: map[string]int{"3g.20gb": 2, "1g.5gb": 1}, wantErr: partition.ErrCannotPlace, words: "3g.20gb x2 cover all 8 memory slices"},
-		{name: "unknown model", model: "B200-180GB", counts: map[string]int{"1g.23gb": 1}, wantErr: partition.ErrUnknownModel, words: `unknown GPU model "B200-180GB" (known: A100-40GB, A100-80GB, H100-80GB, H200-141GB, A30-24GB)`},
+		{name: "unknown model", model: "X300-180GB", counts: map[string]int{"1g.23gb": 1}, wantErr: partition.ErrUnknownModel, words: `unknown GPU model "X300-180GB" (known: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H100-96GB, H200-141GB, GH200-144GB, B200-180GB, GB200-186GB, B300-288GB, GB300-288GB, A30-24GB, RTX-PRO-6000-96GB)`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -92,7 +92,11 @@ func ReadGPU(d Device) (GPU, error) {
 	if g.PCIBusID, err = d.PCIBusID(); err != nil {
 		return g, wrap("PCI bus ID", err)
 	}
-	g.Model = ModelKey(g.Product, g.MemoryMiB)
+	pciID, err := devicePCIID(d)
+	if err != nil {
+		return g, err
+	}
+	g.Model = IdentifyModelKey(g.Product, g.MemoryMiB, pciID)
 	cur, pending, err := d.MIGMode()
 	switch {
 	case errors.Is(err, ErrNotSupported):

@@ -17,8 +17,10 @@ const (
 )
 
 // MIGName is the name a MIG profile goes by in resource names and label
-// keys: "mig-" and the profile, with "+" (as in "1g.10gb+me") written "."
-// since resource names may not hold it: "mig-1g.10gb.me".
+// keys: "mig-" and the profile, with "+" written "." since resource names
+// may not hold it, as NVIDIA's device plugin writes them: "1g.10gb+me" is
+// "mig-1g.10gb.me", "1g.24gb+me.all" "mig-1g.24gb.me.all", "4g.96gb+gfx"
+// "mig-4g.96gb.gfx", and "1g.24gb-me" stays "mig-1g.24gb-me".
 func MIGName(profile string) string {
 	return "mig-" + strings.ReplaceAll(profile, "+", ".")
 }

@@ -69,6 +69,19 @@ func (d *device) PCIBusID() (string, error) {
 	return id, nil
 }
 
+// PCIDeviceID returns the PCI device and vendor ID, e.g. 0x233010DE. A
+// driver that reports none (0) fails with partition.ErrNotSupported.
+func (d *device) PCIDeviceID() (uint32, error) {
+	pci, err := deviceGet(d, "PCI info", d.dev.GetPciInfo)
+	if err != nil {
+		return 0, err
+	}
+	if pci.PciDeviceId == 0 {
+		return 0, fmt.Errorf("GPU %d: PCI device ID: NVML reports none: %w", d.index, partition.ErrNotSupported)
+	}
+	return pci.PciDeviceId, nil
+}
+
 // MemoryMiB returns the total memory.
 func (d *device) MemoryMiB() (uint64, error) {
 	release, err := d.enter("memory")

@@ -27,10 +27,11 @@ func TestDeviceProperties(t *testing.T) {
 		get  func() (any, error)
 		want any
 	}{
-		"UUID":      {func() (any, error) { return d.UUID() }, g.uuid},
-		"Name":      {func() (any, error) { return d.Name() }, "NVIDIA H100 80GB HBM3"},
-		"PCIBusID":  {func() (any, error) { return d.PCIBusID() }, "00000000:1B:00.0"},
-		"MemoryMiB": {func() (any, error) { return d.MemoryMiB() }, uint64(81559)},
+		"UUID":        {func() (any, error) { return d.UUID() }, g.uuid},
+		"Name":        {func() (any, error) { return d.Name() }, "NVIDIA H100 80GB HBM3"},
+		"PCIBusID":    {func() (any, error) { return d.PCIBusID() }, "00000000:1B:00.0"},
+		"MemoryMiB":   {func() (any, error) { return d.MemoryMiB() }, uint64(81559)},
+		"PCIDeviceID": {func() (any, error) { return d.PCIDeviceID() }, uint32(0x233010DE)},
 	} {
 		got, err := tc.get()
 		if err != nil || got != tc.want {
@@ -62,6 +63,85 @@ func TestPCIBusIDFallbacks(t *testing.T) {
 				t.Errorf("PCIBusID() = %q, %v; want %q", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestModelIdentification identifies GPUs through the interface, as the
+// agent does (ReadGPU, ResolveModel): by PCI device ID where product names
+// differ, by product name where the driver reports no device ID, and a GPU
+// the catalogue lacks by its name and memory, with its geometry from NVML.
+func TestModelIdentification(t *testing.T) {
+	tests := []struct {
+		name    string
+		product string
+		memMiB  uint64
+		pciID   uint32
+		migOn   bool
+		want    string // the GPU's model key
+		known   bool   // whether the catalogue has it
+	}{
+		{"H100 by its ID", "NVIDIA H100 80GB HBM3", 81559, 0x233010DE, false, "H100-80GB", true},
+		{"H800 is the H100 80GB", "NVIDIA H800", 81559, 0x232410DE, false, "H100-80GB", true},
+		{"GH200 is the H100 96GB", "NVIDIA GH200 480GB", 97871, 0x234210DE, false, "H100-96GB", true},
+		{"H20 is the H100 96GB", "NVIDIA H20", 97871, 0x232910DE, true, "H100-96GB", true},
+		{"ID wins over an odd name", "Graphics Device", 97887, 0x2BB510DE, false, "RTX-PRO-6000-96GB", true},
+		{"workstation RTX PRO 6000 by name", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887, 0, false, "RTX-PRO-6000-96GB", true},
+		{"GH200 by name", "NVIDIA GH200 480GB", 97871, 0, false, "H100-96GB", true},
+		{"B200", "NVIDIA B200", 183359, 0x290110DE, false, "B200-180GB", true},
+		{"GB200", "NVIDIA GB200", 189471, 0x294110DE, false, "GB200-186GB", true},
+		{"unlisted ID, known name", "NVIDIA H200 NVL", 143771, 0x233F10DE, false, "H200-141GB", true},
+		{"unlisted model keeps working", "NVIDIA Z900", 200000, 0x999910DE, true, "Z900-196GB", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newFakeGPU(0)
+			g.name, g.memBytes, g.pciID = tt.product, tt.memMiB<<20, tt.pciID
+			if !tt.migOn {
+				g.migCur, g.migPend = gonvml.DEVICE_MIG_DISABLE, gonvml.DEVICE_MIG_DISABLE
+			}
+			d := deviceAt(t, openFake(t, nil, g), 0)
+			gpu, err := partition.ReadGPU(d)
+			if err != nil {
+				t.Fatalf("ReadGPU: %v", err)
+			}
+			if gpu.Model != tt.want {
+				t.Errorf("model %q, want %q", gpu.Model, tt.want)
+			}
+			m, err := partition.ResolveModel(d, gpu)
+			if tt.migOn {
+				// The geometry comes from NVML (the fake's H100 profiles),
+				// the key from the identification.
+				if err != nil || m.Key != tt.want || len(m.Profiles) != 7 || m.MemorySlices != 8 {
+					t.Errorf("ResolveModel = %s with %d profiles on %d slices, %v; want %s from NVML", m.Key, len(m.Profiles), m.MemorySlices, err, tt.want)
+				}
+				return
+			}
+			if tt.known {
+				cat, _ := partition.LookupModel(tt.want)
+				if err != nil || !reflect.DeepEqual(m, cat) {
+					t.Errorf("ResolveModel = %s, %v; want the catalogue's %s", m.Key, err, tt.want)
+				}
+			} else if !errors.Is(err, partition.ErrUnknownModel) {
+				t.Errorf("ResolveModel error %v, want ErrUnknownModel", err)
+			}
+		})
+	}
+}
+
+func TestPCIDeviceIDMissing(t *testing.T) {
+	g := newFakeGPU(0)
+	g.pciID = 0
+	d := deviceAt(t, openFake(t, nil, g), 0)
+	if _, err := d.PCIDeviceID(); !errors.Is(err, partition.ErrNotSupported) {
+		t.Errorf("PCIDeviceID() error %v, want ErrNotSupported", err)
+	}
+	// The model is still known by its name.
+	if gpu, err := partition.ReadGPU(d); err != nil || gpu.Model != "H100-80GB" {
+		t.Errorf("ReadGPU = %q, %v; want H100-80GB", gpu.Model, err)
+	}
+	g.dev.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) { return gonvml.PciInfo{}, gonvml.ERROR_GPU_IS_LOST }
+	if _, err := d.PCIDeviceID(); err == nil || errors.Is(err, partition.ErrNotSupported) {
+		t.Errorf("PCIDeviceID() with the GPU lost = %v, want a failure", err)
 	}
 }
 

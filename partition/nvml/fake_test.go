@@ -91,6 +91,7 @@ type fakeGPU struct {
 	uuid     string
 	name     string
 	busID    string
+	pciID    uint32 // PCI device and vendor ID
 	memBytes uint64
 	migCur   int
 	migPend  int
@@ -131,6 +132,7 @@ func newFakeGPU(index int) *fakeGPU {
 		uuid:     fmt.Sprintf("GPU-0000000%d-aaaa-bbbb-cccc-dddddddddddd", index),
 		name:     "NVIDIA H100 80GB HBM3",
 		busID:    fmt.Sprintf("00000000:%02X:00.0", 0x18+index),
+		pciID:    0x233010DE,
 		memBytes: 81559 << 20,
 		migCur:   gonvml.DEVICE_MIG_ENABLE,
 		migPend:  gonvml.DEVICE_MIG_ENABLE,
@@ -205,9 +207,13 @@ func fakeProfileInfoV2(gpus ...*fakeGPU) func(gonvml.Device, int) (gonvml.GpuIns
 
 func (g *fakeGPU) newDevice() *mock.Device {
 	return &mock.Device{
-		GetUUIDFunc:       func() (string, gonvml.Return) { return g.uuid, gonvml.SUCCESS },
-		GetNameFunc:       func() (string, gonvml.Return) { return g.name, gonvml.SUCCESS },
-		GetPciInfoFunc:    func() (gonvml.PciInfo, gonvml.Return) { return pciInfo(g.busID), gonvml.SUCCESS },
+		GetUUIDFunc: func() (string, gonvml.Return) { return g.uuid, gonvml.SUCCESS },
+		GetNameFunc: func() (string, gonvml.Return) { return g.name, gonvml.SUCCESS },
+		GetPciInfoFunc: func() (gonvml.PciInfo, gonvml.Return) {
+			p := pciInfo(g.busID)
+			p.PciDeviceId = g.pciID
+			return p, gonvml.SUCCESS
+		},
 		GetMemoryInfoFunc: func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{Total: g.memBytes}, gonvml.SUCCESS },
 		GetMigModeFunc: func() (int, int, gonvml.Return) {
 			g.mu.Lock()

@@ -65,31 +65,45 @@ func (d *device) profile(id int) (giProfile, gonvml.Return) {
 }
 
 // profileName names a profile: NVML's own name where known, else one built
-// from its size with a suffix for the variants of the same size.
+// from its size with the variant's suffix. The built name can differ from
+// NVIDIA's, which follows the marketing memory (an H200's 1g.18gb has
+// 16384 MiB); drivers without the V2 profile info are older than every
+// model that needs it.
 func profileName(p giProfile) string {
-	me := mediaExtensions(p.id)
 	if name := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(p.name), "MIG ")); name != "" {
-		if me && !strings.Contains(name, "+me") {
-			name += "+me"
+		if mediaExtensions(p.id) && !strings.Contains(name, partition.VariantMediaExtensions) {
+			name += variantSuffix(p.id)
 		}
 		return name
 	}
-	name := partition.ProfileName(int(p.info.SliceCount), p.info.MemorySizeMB, me)
-	switch p.id {
-	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,
-		gonvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX, gonvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX:
-		name += "+gfx"
-	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
-		name += "-me"
-	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
-		name += "+me.all"
-	}
-	return name
+	return partition.ProfileName(int(p.info.SliceCount), p.info.MemorySizeMB, false) + variantSuffix(p.id)
 }
 
-// mediaExtensions reports whether a profile is a "+me" one.
+// variantSuffix is the name suffix of a GPU_INSTANCE_PROFILE_* value's
+// variant: "+me", "+me.all", "-me", "+gfx" or "".
+func variantSuffix(id int) string {
+	switch id {
+	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
+		return partition.VariantMediaExtensions
+	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+		return partition.VariantAllMedia
+	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+		return partition.VariantNoMedia
+	case gonvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,
+		gonvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX, gonvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX:
+		return partition.VariantGraphics
+	}
+	return ""
+}
+
+// mediaExtensions reports whether a profile takes the GPU's one set of
+// media extensions: "+me" and "+me.all".
 func mediaExtensions(id int) bool {
-	return id == gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1 || id == gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1
+	switch variantSuffix(id) {
+	case partition.VariantMediaExtensions, partition.VariantAllMedia:
+		return true
+	}
+	return false
 }
 
 // GPUInstanceProfiles lists the GPU instance profiles with their possible

@@ -84,7 +84,7 @@ func TestModelFromDeviceMatchesCatalogue(t *testing.T) {
 		t.Fatalf("ModelFromDevice: %v", err)
 	}
 	h100 := catalogueWithMemory(t, "H100-80GB", got.Profiles)
-	h100.Product = got.Product
+	h100.Product, h100.OtherProducts, h100.PCIDeviceIDs = got.Product, nil, []uint32{0x233010DE}
 	if !reflect.DeepEqual(got, h100) {
 		t.Errorf("model from NVML:\n got %+v\nwant %+v", got, h100)
 	}
@@ -99,10 +99,15 @@ func TestProfileNames(t *testing.T) {
 		{"V2 name", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_1_SLICE, name: "MIG 1g.10gb"}, "1g.10gb"},
 		{"V2 name with +me", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, name: "MIG 1g.10gb+me"}, "1g.10gb+me"},
 		{"V2 name lacking +me", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1, name: "MIG 2g.12gb"}, "2g.12gb+me"},
+		{"V2 name with +me.all", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, name: "MIG 1g.24gb+me.all"}, "1g.24gb+me.all"},
+		{"V2 name lacking +me.all", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME, name: "MIG 2g.48gb"}, "2g.48gb+me.all"},
+		{"V2 name, -me", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME, name: "MIG 2g.48gb-me"}, "2g.48gb-me"},
 		{"built", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_2_SLICE, info: gonvml.GpuInstanceProfileInfo{SliceCount: 2, MemorySizeMB: 11904}}, "2g.12gb"},
 		{"built +me", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, info: gonvml.GpuInstanceProfileInfo{SliceCount: 1, MemorySizeMB: 4864}}, "1g.5gb+me"},
 		{"built -me", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, info: gonvml.GpuInstanceProfileInfo{SliceCount: 1, MemorySizeMB: 23552}}, "1g.23gb-me"},
 		{"built +gfx", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX, info: gonvml.GpuInstanceProfileInfo{SliceCount: 2, MemorySizeMB: 47104}}, "2g.46gb+gfx"},
+		{"built +gfx, 3g", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX, info: gonvml.GpuInstanceProfileInfo{SliceCount: 3, MemorySizeMB: 71424}}, "3g.70gb+gfx"},
+		{"built +me.all", giProfile{id: gonvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, info: gonvml.GpuInstanceProfileInfo{SliceCount: 1, MemorySizeMB: 24192}}, "1g.24gb+me.all"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,6 +115,35 @@ func TestProfileNames(t *testing.T) {
 				t.Errorf("profileName = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestCatalogueProfileIDs checks the catalogue's profile IDs against
+// go-nvml's GPU_INSTANCE_PROFILE_* values: each is one, of the variant its
+// name ends in and of its compute slices, and the media extensions are the
+// +me and +me.all ones.
+func TestCatalogueProfileIDs(t *testing.T) {
+	slicesOf := map[int]int{
+		gonvml.GPU_INSTANCE_PROFILE_1_SLICE: 1, gonvml.GPU_INSTANCE_PROFILE_2_SLICE: 2, gonvml.GPU_INSTANCE_PROFILE_3_SLICE: 3,
+		gonvml.GPU_INSTANCE_PROFILE_4_SLICE: 4, gonvml.GPU_INSTANCE_PROFILE_7_SLICE: 7, gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: 1,
+		gonvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1: 2, gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: 1, gonvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX: 1,
+		gonvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX: 2, gonvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX: 4, gonvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME: 1,
+		gonvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME: 2, gonvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: 1, gonvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: 2,
+		gonvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX: 3,
+	}
+	for _, m := range partition.Catalogue() {
+		for _, p := range m.Profiles {
+			n, ok := slicesOf[p.ID]
+			if !ok || n != p.ComputeSlices {
+				t.Errorf("%s %s: profile ID %d is no GPU_INSTANCE_PROFILE_* of %d compute slices", m.Key, p.Name, p.ID, p.ComputeSlices)
+			}
+			if _, v := partition.SplitProfileName(p.Name); v != variantSuffix(p.ID) {
+				t.Errorf("%s %s: profile ID %d is of variant %q", m.Key, p.Name, p.ID, variantSuffix(p.ID))
+			}
+			if p.MediaExtensions != mediaExtensions(p.ID) {
+				t.Errorf("%s %s: media extensions %v, NVML's profile %d says %v", m.Key, p.Name, p.MediaExtensions, p.ID, mediaExtensions(p.ID))
+			}
+		}
 	}
 }
 

@@ -56,6 +56,20 @@ func (d *device) PCIBusID() (string, error) {
 	return s, err
 }
 
+// PCIDeviceID returns the model's first PCI device ID; a model that lists
+// none fails with ErrNotSupported.
+func (d *device) PCIDeviceID() (uint32, error) {
+	var id uint32
+	err := d.read("PCIDeviceID", func(g *gpuState) error {
+		if len(g.model.PCIDeviceIDs) == 0 {
+			return fmt.Errorf("GPU %d: PCI device ID: %s lists none: %w", g.index, g.model.Key, partition.ErrNotSupported)
+		}
+		id = g.model.PCIDeviceIDs[0]
+		return nil
+	})
+	return id, err
+}
+
 // MemoryMiB returns the total memory.
 func (d *device) MemoryMiB() (uint64, error) {
 	var n uint64

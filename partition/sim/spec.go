@@ -51,13 +51,20 @@ func presets() []preset {
 		{name: "dgx-a100-80", model: "A100-80GB", count: 8, nvswitchLinks: 12},
 		{name: "dgx-h100", model: "H100-80GB", count: 8, nvswitchLinks: 18},
 		{name: "hgx-h200", model: "H200-141GB", count: 8, nvswitchLinks: 18},
+		{name: "dgx-b200", model: "B200-180GB", count: 8, nvswitchLinks: 18},
+		// The four GPUs of a GB200 NVL4 board are joined all to all by
+		// NVLink, with no switch: 18 links per GPU, 6 to each other GPU.
+		{name: "gb200-nvl4", model: "GB200-186GB", count: 4, nvswitchLinks: 6},
+		// H100 NVL cards come in pairs joined by three NVLink bridges.
+		{name: "h100-nvl-x2", model: "H100-94GB", count: 2, bridgeLinks: 12},
+		{name: "rtx-pro-6000-x4", model: "RTX-PRO-6000-96GB", count: 4},
 		{name: "a30x4", model: "A30-24GB", count: 4, bridgeLinks: 4},
 	}
 }
 
 // l4Model is a GPU without MIG support, for testing MIG-incapable GPUs.
 func l4Model() partition.Model {
-	return partition.Model{Key: "L4-24GB", Product: "NVIDIA L4", MemoryMiB: 23034}
+	return partition.Model{Key: "L4-24GB", Product: "NVIDIA L4", PCIDeviceIDs: []uint32{0x27B810DE}, MemoryMiB: 23034}
 }
 
 // models returns every model the list form accepts: the MIG catalogue and
@@ -163,6 +170,8 @@ func validNames() string {
 // cloneModel returns a deep copy of a model, so no two GPUs share slices.
 func cloneModel(m partition.Model) partition.Model {
 	m.Profiles = cloneProfiles(m.Profiles)
+	m.OtherProducts = append([]string(nil), m.OtherProducts...)
+	m.PCIDeviceIDs = append([]uint32(nil), m.PCIDeviceIDs...)
 	return m
 }
 

@@ -1,0 +1,170 @@
+package partition
+
+import "fmt"
+
+// NVML GPU instance profile IDs (nvml.GPU_INSTANCE_PROFILE_*), repeated here
+// so the catalogue does not need cgo; partition/nvml's tests check them
+// against go-nvml.
+const (
+	profile1Slice      = 0
+	profile2Slice      = 1
+	profile3Slice      = 2
+	profile4Slice      = 3
+	profile7Slice      = 4
+	profile1SliceRev1  = 7  // 1g with media extensions (+me)
+	profile2SliceRev1  = 8  // 2g with media extensions (+me)
+	profile1SliceRev2  = 9  // 1g with two memory slices
+	profile1SliceGfx   = 10 // 1g with graphics (+gfx)
+	profile2SliceGfx   = 11 // 2g with graphics (+gfx)
+	profile4SliceGfx   = 12 // 4g with graphics (+gfx)
+	profile1SliceNoME  = 13 // 1g without media engines (-me)
+	profile2SliceNoME  = 14 // 2g without media engines (-me)
+	profile1SliceAllME = 15 // 1g with all media engines (+me.all)
+	profile2SliceAllME = 16 // 2g with all media engines (+me.all)
+)
+
+// placements returns placements of one size at the given starts.
+func placements(size int, starts ...int) []Placement {
+	ps := make([]Placement, len(starts))
+	for i, s := range starts {
+		ps[i] = Placement{Start: s, Size: size}
+	}
+	return ps
+}
+
+// eightSlice describes a model of the A100/H100/H200/B200 family: 8 memory
+// slices and 7 compute slices, with the same seven profiles.
+type eightSlice struct {
+	key, product string
+	others       []string
+	pci          []uint32
+	memMiB       uint64
+	// mem holds the memory of an instance covering 1, 2, 4 and 8 memory
+	// slices, as NVML reports it (or as docs/hardware.md derives it).
+	mem [4]uint64
+	// gb holds the memory part of each profile name in the order 1g,
+	// 1g (two slices), 2g, 3g, 4g, 7g.
+	gb [6]int
+}
+
+func (s eightSlice) model() Model {
+	name := func(c, g int) string { return fmt.Sprintf("%dg.%dgb", c, g) }
+	return Model{
+		Key: s.key, Product: s.product, OtherProducts: s.others, PCIDeviceIDs: s.pci,
+		MemoryMiB: s.memMiB, MemorySlices: 8, ComputeSlices: 7,
+		Profiles: []GIProfile{
+			{ID: profile1Slice, Name: name(1, s.gb[0]), ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 7, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: profile1SliceRev1, Name: name(1, s.gb[0]) + VariantMediaExtensions, ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 1, MediaExtensions: true, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: profile1SliceRev2, Name: name(1, s.gb[1]), ComputeSlices: 1, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 4, Placements: placements(2, 0, 2, 4, 6)},
+			{ID: profile2Slice, Name: name(2, s.gb[2]), ComputeSlices: 2, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 3, Placements: placements(2, 0, 2, 4)},
+			{ID: profile3Slice, Name: name(3, s.gb[3]), ComputeSlices: 3, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 2, Placements: placements(4, 0, 4)},
+			{ID: profile4Slice, Name: name(4, s.gb[4]), ComputeSlices: 4, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 1, Placements: placements(4, 0)},
+			{ID: profile7Slice, Name: name(7, s.gb[5]), ComputeSlices: 7, MemorySlices: 8, MemoryMiB: s.mem[3], MaxCount: 1, Placements: placements(8, 0)},
+		},
+	}
+}
+
+// eightSliceModels are the 8-slice models, oldest first. docs/hardware.md
+// says for each where its figures come from and which are derived.
+func eightSliceModels() []eightSlice {
+	return []eightSlice{
+		{key: "A100-40GB", product: "NVIDIA A100-SXM4-40GB", others: []string{"NVIDIA A100-PCIE-40GB"},
+			pci: []uint32{0x20B010DE, 0x20B110DE, 0x20F110DE, 0x20F610DE}, memMiB: 40960,
+			mem: [4]uint64{4864, 9984, 20096, 40448}, gb: [6]int{5, 10, 10, 20, 20, 40}},
+		{key: "A100-80GB", product: "NVIDIA A100-SXM4-80GB", others: []string{"NVIDIA A100 80GB PCIe"},
+			pci: []uint32{0x20B210DE, 0x20B510DE, 0x20F310DE, 0x20F510DE}, memMiB: 81920,
+			mem: [4]uint64{9728, 19968, 40192, 81152}, gb: [6]int{10, 20, 20, 40, 40, 80}},
+		// Measured through NVML on an H100 80GB HBM3.
+		{key: "H100-80GB", product: "NVIDIA H100 80GB HBM3", others: []string{"NVIDIA H100 PCIe", "NVIDIA H800", "NVIDIA H800 PCIe"},
+			pci: []uint32{0x233010DE, 0x233110DE, 0x232210DE, 0x232410DE}, memMiB: 81559,
+			mem: [4]uint64{9984, 20096, 40448, 81152}, gb: [6]int{10, 20, 20, 40, 40, 80}},
+		{key: "H100-94GB", product: "NVIDIA H100 NVL", others: []string{"NVIDIA H800 NVL"},
+			pci: []uint32{0x232110DE, 0x233A10DE}, memMiB: 95830,
+			mem: [4]uint64{11008, 22144, 47488, 95360}, gb: [6]int{12, 24, 24, 47, 47, 94}},
+		{key: "H100-96GB", product: "NVIDIA GH200 480GB", others: []string{"NVIDIA GH200 120GB", "NVIDIA H20"},
+			pci: []uint32{0x233D10DE, 0x234210DE, 0x232910DE, 0x20B610DE}, memMiB: 97871,
+			mem: [4]uint64{11904, 24064, 48384, 97408}, gb: [6]int{12, 24, 24, 48, 48, 96}},
+		{key: "H200-141GB", product: "NVIDIA H200", others: []string{"NVIDIA H200 NVL"},
+			pci: []uint32{0x233510DE, 0x233B10DE}, memMiB: 143771,
+			mem: [4]uint64{16384, 33280, 71424, 143360}, gb: [6]int{18, 35, 35, 71, 71, 141}},
+		{key: "GH200-144GB", product: "NVIDIA GH200 144G HBM3e",
+			pci: []uint32{0x234810DE}, memMiB: 146831,
+			mem: [4]uint64{18048, 36352, 72960, 146432}, gb: [6]int{18, 36, 36, 72, 72, 144}},
+		{key: "B200-180GB", product: "NVIDIA B200",
+			pci: []uint32{0x290110DE}, memMiB: 183359,
+			mem: [4]uint64{22528, 45440, 91136, 182912}, gb: [6]int{23, 45, 45, 90, 90, 180}},
+		{key: "GB200-186GB", product: "NVIDIA GB200",
+			pci: []uint32{0x294110DE}, memMiB: 189471,
+			mem: [4]uint64{23296, 46976, 94208, 189056}, gb: [6]int{23, 47, 47, 93, 93, 186}},
+		{key: "B300-288GB", product: "NVIDIA B300 SXM6 AC",
+			pci: []uint32{0x318210DE}, memMiB: 275040,
+			mem: [4]uint64{34048, 68352, 136960, 274560}, gb: [6]int{34, 67, 67, 135, 135, 269}},
+		{key: "GB300-288GB", product: "NVIDIA GB300",
+			pci: []uint32{0x31C210DE}, memMiB: 284208,
+			mem: [4]uint64{35200, 70656, 141568, 283776}, gb: [6]int{35, 70, 70, 139, 139, 278}},
+	}
+}
+
+// a30 is the A30: 4 memory and 4 compute slices, +me on 1g and 2g.
+func a30() Model {
+	return Model{
+		Key: "A30-24GB", Product: "NVIDIA A30", PCIDeviceIDs: []uint32{0x20B710DE},
+		MemoryMiB: 24576, MemorySlices: 4, ComputeSlices: 4,
+		Profiles: []GIProfile{
+			{ID: profile1Slice, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 4, Placements: placements(1, 0, 1, 2, 3)},
+			{ID: profile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 1, MediaExtensions: true, Placements: placements(1, 0, 1, 2, 3)},
+			{ID: profile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 2, Placements: placements(2, 0, 2)},
+			{ID: profile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 1, MediaExtensions: true, Placements: placements(2, 0, 2)},
+			{ID: profile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 24320, MaxCount: 1, Placements: placements(4, 0)},
+		},
+	}
+}
+
+// rtxPro6000 is the RTX PRO 6000 Blackwell (all three editions): 4 compute
+// slices over a placement grid of 12 units (a quarter of the GPU is 3
+// units), and the variants +me, +me.all, -me and +gfx. Memory sizes are the
+// ones NVML reports (1g: 24192 MiB; 2g and 4g from nvidia-smi's GiB).
+func rtxPro6000() Model {
+	const mem1, mem2, mem4 = 24192, 48512, 97408
+	quarter := func(id int, variant string, maxCount int) GIProfile {
+		return GIProfile{ID: id, Name: "1g.24gb" + variant, ComputeSlices: 1, MemorySlices: 3, MemoryMiB: mem1, MaxCount: maxCount,
+			MediaExtensions: variant == VariantMediaExtensions || variant == VariantAllMedia, Placements: placements(3, 0, 3, 6, 9)}
+	}
+	half := func(id int, variant string, maxCount int) GIProfile {
+		return GIProfile{ID: id, Name: "2g.48gb" + variant, ComputeSlices: 2, MemorySlices: 6, MemoryMiB: mem2, MaxCount: maxCount,
+			MediaExtensions: variant == VariantAllMedia, Placements: placements(6, 0, 6)}
+	}
+	whole := func(id int, variant string) GIProfile {
+		return GIProfile{ID: id, Name: "4g.96gb" + variant, ComputeSlices: 4, MemorySlices: 12, MemoryMiB: mem4, MaxCount: 1, Placements: placements(12, 0)}
+	}
+	return Model{
+		Key: "RTX-PRO-6000-96GB", Product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+		OtherProducts: []string{"NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"},
+		PCIDeviceIDs:  []uint32{0x2BB510DE, 0x2BB110DE, 0x2BB410DE},
+		MemoryMiB:     97887, MemorySlices: 12, ComputeSlices: 4,
+		Profiles: []GIProfile{
+			quarter(profile1Slice, "", 4),
+			quarter(profile1SliceRev1, VariantMediaExtensions, 1),
+			quarter(profile1SliceAllME, VariantAllMedia, 1),
+			quarter(profile1SliceNoME, VariantNoMedia, 4),
+			quarter(profile1SliceGfx, VariantGraphics, 4),
+			half(profile2Slice, "", 2),
+			half(profile2SliceAllME, VariantAllMedia, 1),
+			half(profile2SliceNoME, VariantNoMedia, 2),
+			half(profile2SliceGfx, VariantGraphics, 2),
+			whole(profile4Slice, ""),
+			whole(profile4SliceGfx, VariantGraphics),
+		},
+	}
+}
+
+// Catalogue returns the built-in models of docs/hardware.md, in a
+// fixed order: the 8-slice models oldest first, then the A30 and the RTX
+// PRO 6000. Each call returns a fresh copy the caller may change.
+func Catalogue() []Model {
+	var out []Model
+	for _, s := range eightSliceModels() {
+		out = append(out, s.model())
+	}
+	return append(out, a30(), rtxPro6000())
+}
