@@ -80,10 +80,11 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
 ## demo: the main job on the embedded default: a local real cluster, carve-agent
-##       on a simulated DGX H100, the example profiles, whole GPUs -> balanced
-##       MIG -> time-sliced (needs root; the first run builds Kubernetes)
+##       on a simulated DGX H100 whose MIG operations take as long as on
+##       hardware, the example profiles, whole GPUs -> balanced MIG ->
+##       time-sliced (needs root; the first run builds Kubernetes)
 demo: build $(BIN)/carve-demo
-	$(BIN)/carve-demo --agent $(BIN)/carve-agent --profiles configs/examples/profiles.yaml --gpus sim:dgx-h100 $(DEMO_FLAGS)
+	$(BIN)/carve-demo --agent $(BIN)/carve-agent --profiles configs/examples/profiles.yaml --gpus sim:dgx-h100 --sim-latency realistic $(DEMO_FLAGS)
 
 $(BIN)/carve-demo: FORCE
 	cd test && $(GO) build -o ../$(BIN)/carve-demo ./cmd/carve-demo

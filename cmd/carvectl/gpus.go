@@ -9,10 +9,10 @@ import (
 
 // openNode opens the GPUs a --gpus value names ("nvml" for this machine's
 // real GPUs, "sim:<machine>" for simulated ones) and reads their inventory
-// and geometry. A non-empty stateFile (--from) loads a saved simulator
-// state; carvectl never changes it. The returned function shuts NVML down.
-func openNode(spec, stateFile string) (partition.Node, func(), error) {
-	lib, err := gpus.Open(spec, gpus.Options{From: stateFile})
+// and geometry. opts.From (--from) loads a saved simulator state; carvectl
+// never changes it. The returned function shuts NVML down.
+func openNode(spec string, opts gpus.Options) (partition.Node, func(), error) {
+	lib, err := gpus.Open(spec, opts)
 	if err != nil {
 		return partition.Node{}, nil, err
 	}

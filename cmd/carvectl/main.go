@@ -11,7 +11,8 @@ const usage = `carvectl — the operator's CLI for carve
 
 Usage:
   carvectl validate -f profiles.yaml [--gpus sim:<machine>|nvml]
-  carvectl plan     -f profiles.yaml --profile NAME --gpus sim:<machine>|nvml [--from STATE.json] [-o table|json]
+  carvectl plan     -f profiles.yaml --profile NAME --gpus sim:<machine>|nvml [--from STATE.json]
+                    [--sim-latency realistic|DURATION|op=DURATION,...] [-o table|json]
   carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d]
   carvectl status   [--kubeconfig PATH] [--selector k=v] [-o table|json]
 

@@ -12,6 +12,7 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/gpus"
 )
 
 func runPlan(args []string, stdout, stderr io.Writer) error {
@@ -19,8 +20,9 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", "profiles file (profiles.yaml)")
 	profile := fs.String("profile", "", "the profile to plan")
-	gpus := fs.String("gpus", "", "the GPUs: sim:<machine> or nvml")
+	gpuSpec := fs.String("gpus", "", "the GPUs: sim:<machine> or nvml")
 	from := fs.String("from", "", "plan from this saved simulator state (JSON) instead of a fresh machine")
+	latency := fs.String("sim-latency", "none", "simulated GPUs only: also say how long the operations take at this latency: realistic (as on hardware), a duration per operation (200ms), or op=duration,...")
 	format := fs.String("o", "table", "output: table or json")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
@@ -28,7 +30,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case *profile == "":
 		return fmt.Errorf("--profile is required")
-	case *gpus == "":
+	case *gpuSpec == "":
 		return fmt.Errorf("--gpus is required (sim:<machine> or nvml)")
 	case *format != "table" && *format != "json":
 		return fmt.Errorf("-o %q: want table or json", *format)
@@ -37,7 +39,12 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	node, closeFn, err := openNode(*gpus, *from)
+	opts := gpus.Options{From: *from, SimLatency: *latency}
+	node, closeFn, err := openNode(*gpuSpec, opts)
+	if err != nil {
+		return err
+	}
+	lat, err := gpus.Latency(opts.SimLatency) // Open checked it
 	if err != nil {
 		return err
 	}
@@ -45,7 +52,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	// The desired state as the agent computes it: a file broken for every
 	// node is never planned; of the rest only the profile asked for must
 	// fit these GPUs (the file may hold profiles for other nodes).
-	if err := desired.CheckFile(f, node); err != nil {
+	if _, err := desired.CheckFile(f, node); err != nil {
 		return reportProblems(*file, err, stdout)
 	}
 	want, err := desired.For(f, *profile, node)
@@ -54,7 +61,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	plan, err := want.Plan(node, nil)
 	if err != nil {
-		fmt.Fprintf(stdout, "profile %s cannot be realised on %s:\n", *profile, *gpus)
+		fmt.Fprintf(stdout, "profile %s cannot be realised on %s:\n", *profile, *gpuSpec)
 		for line := range strings.SplitSeq(err.Error(), "\n") {
 			fmt.Fprintf(stdout, "  %s\n", line)
 		}
@@ -64,13 +71,25 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	out := carvev1.PlanDocument{Profile: *profile, GPUs: *gpus, Plan: plan, Resources: res.Counts(), NeedsReset: plan.NeedsReset()}
+	out := carvev1.PlanDocument{Profile: *profile, GPUs: *gpuSpec, Plan: plan, Resources: res.Counts(), NeedsReset: plan.NeedsReset()}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	return writePlanTable(stdout, out, node)
+	if err := writePlanTable(stdout, out, node); err != nil {
+		return err
+	}
+	var ops []partition.Op
+	for _, p := range out.Plan.GPUs {
+		ops = append(ops, p.Ops...)
+	}
+	if !lat.IsZero() && len(ops) > 0 {
+		// How long the operations take, run one after another as the
+		// agent runs them.
+		fmt.Fprintf(stdout, "\nAt --sim-latency %s the %d operations take %s, one after another.\n", lat, len(ops), lat.Estimate(ops))
+	}
+	return nil
 }
 
 func writePlanTable(w io.Writer, out carvev1.PlanDocument, node partition.Node) error {

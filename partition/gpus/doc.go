@@ -7,6 +7,7 @@
 //
 // A simulated machine may start from a state file, either read only
 // (carvectl's --from) or kept up to date across restarts (carve-agent's
-// --sim-state); see Options. Errors name the flag they are about, so the
-// commands print them as they are.
+// --sim-state), and its mutating calls may take time as on hardware
+// (--sim-latency); see Options. Errors name the flag they are about, so
+// the commands print them as they are.
 package gpus

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -35,6 +36,19 @@ func TestCheck(t *testing.T) {
 			wantErr: "--sim-state works with simulated GPUs only (--gpus sim:<machine>)"},
 		{name: "both state files", spec: "sim:dgx-h100", opts: Options{From: "/a.json", SimState: "/b.json"},
 			wantErr: "--from and --sim-state cannot be used together"},
+		{name: "simulated, realistic latency", spec: "sim:dgx-h100", opts: Options{SimLatency: "realistic"}},
+		{name: "simulated, latency per op", spec: "sim:dgx-h100", opts: Options{SimLatency: "create-gi=1s,reset-gpu=5s", SimState: "/s.json"}},
+		{name: "real GPUs, no latency", spec: "nvml", opts: Options{SimLatency: "none"}},
+		{name: "real GPUs, zero latency", spec: "nvml", opts: Options{SimLatency: "0s"}},
+		{name: "--sim-latency with real GPUs", spec: "nvml", opts: Options{SimLatency: "realistic"},
+			wantErr: "--sim-latency works with simulated GPUs only (--gpus sim:<machine>)"},
+		{name: "--sim-latency not a value", spec: "sim:dgx-h100", opts: Options{SimLatency: "x"},
+			wantErr: `--sim-latency "x": want none, realistic, a duration (200ms) or op=duration pairs (create-gi=1s,reset-gpu=5s)`},
+		{name: "--sim-latency negative", spec: "sim:dgx-h100", opts: Options{SimLatency: "-1s"},
+			wantErr: `--sim-latency "-1s": negative duration`},
+		{name: "--sim-latency bad, real GPUs", spec: "nvml", opts: Options{SimLatency: "slow"},
+			wantErr: `--sim-latency "slow": want none, realistic, a duration (200ms) or op=duration pairs (create-gi=1s,reset-gpu=5s)`},
+		{name: "unknown kind with a latency", spec: "cuda", opts: Options{SimLatency: "x"}, wantErr: `--gpus "cuda": want nvml or sim:<machine>`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +146,55 @@ func TestOpenSimulated(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestOpenSimLatency(t *testing.T) {
+	tests := []struct {
+		latency string
+		want    sim.Latency
+	}{
+		{"", sim.Latency{}},
+		{"none", sim.Latency{}},
+		{"realistic", sim.RealisticLatency()},
+		{"200ms", sim.UniformLatency(200 * time.Millisecond)},
+		{"reset-gpu=5s", sim.Latency{ResetGPU: 5 * time.Second}},
+	}
+	for _, tt := range tests {
+		for _, opts := range []Options{
+			{SimLatency: tt.latency},
+			{SimLatency: tt.latency, SimState: filepath.Join(t.TempDir(), "s.json")},
+			{SimLatency: tt.latency, From: writeState(t, t.TempDir(), mustMarshal(t, mustSim(t, "sim:h100-80gb*1")))},
+		} {
+			lib := mustOpen(t, "sim:h100-80gb*1", opts)
+			m, ok := lib.(*sim.Machine)
+			if !ok {
+				t.Fatalf("Open(%+v) returned %T, want *sim.Machine", opts, lib)
+			}
+			if diff := cmp.Diff(tt.want, m.Latency()); diff != "" {
+				t.Errorf("Open(%+v): latency (-want +got):\n%s", opts, diff)
+			}
+		}
+	}
+}
+
+func TestLatency(t *testing.T) {
+	if l, err := Latency("realistic"); err != nil || l != sim.RealisticLatency() {
+		t.Errorf("Latency(realistic) = %v, %v", l, err)
+	}
+	_, err := Latency("fast")
+	if want := `--sim-latency "fast": want none`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Latency(fast) error %v, want one starting %q", err, want)
+	}
+}
+
+// mustMarshal returns a machine's state file content.
+func mustMarshal(t *testing.T, m *sim.Machine) []byte {
+	t.Helper()
+	data, err := m.Snapshot().Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func TestOpenSimStateAcrossRestarts(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/carve-dev/carve/partition"
 )
@@ -32,6 +33,10 @@ type Machine struct {
 	ops      []Op
 	journal  io.Writer
 	watchers map[*eventSet]struct{}
+	// latency is how long mutating NVML calls take (SetLatency); sleep
+	// waits it out, time.Sleep when nil (tests record the waits instead).
+	latency Latency
+	sleep   func(time.Duration)
 }
 
 var _ partition.NVML = (*Machine)(nil)
@@ -215,10 +220,15 @@ func (m *Machine) Topology(a, b int) (partition.Link, error) {
 	return m.spec.Link(a, b)
 }
 
-// mutation runs one state-changing call on GPU i with m.mu held: it checks
-// Init and injected faults when nvml is set, runs fn, writes the state file
-// (undoing fn when that fails) and records the call in the op log.
+// mutation runs one state-changing call on GPU i with m.mu held: when nvml
+// is set it first waits out the call's latency (see SetLatency; m.mu is
+// released meanwhile) and checks Init and injected faults; then it runs fn,
+// writes the state file (undoing fn when that fails) and records the call
+// in the op log.
 func (m *Machine) mutation(i int, nvml bool, call, args string, fn func(g *gpuState) (string, error)) error {
+	if nvml {
+		m.wait(call, args)
+	}
 	op := Op{GPU: i, Call: call, Args: args}
 	err := m.runMutation(i, nvml, call, fn, &op)
 	op.Err = err

@@ -41,8 +41,11 @@ const (
 // options are the demo's flags.
 type options struct {
 	agentBin, profiles, gpus string
-	steps                    []string
-	keep                     bool
+	// simLatency is the agent's --sim-latency, latency its meaning.
+	simLatency string
+	latency    sim.Latency
+	steps      []string
+	keep       bool
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -53,6 +56,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.agentBin, "agent", "bin/carve-agent", "the carve-agent binary (make build)")
 	fs.StringVar(&o.profiles, "profiles", "configs/examples/profiles.yaml", "the profile file to load into the ConfigMap")
 	fs.StringVar(&o.gpus, "gpus", "sim:dgx-h100", "the simulated machine (sim:<machine>)")
+	fs.StringVar(&o.simLatency, "sim-latency", "realistic", "how long the simulated GPUs take for a MIG change (the agent's --sim-latency): realistic (as on hardware), none, a duration per operation (200ms), or op=duration,...")
 	fs.StringVar(&steps, "steps", "full,balanced,shared-4", "the profiles to switch through, in order")
 	fs.BoolVar(&o.keep, "keep", false, "leave the cluster and the agent running at the end, until Ctrl-C")
 	if err := fs.Parse(args); err != nil {
@@ -64,6 +68,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if !strings.HasPrefix(o.gpus, sim.Prefix) {
 		return o, fmt.Errorf("--gpus %q: the demo runs on simulated GPUs, sim:<machine>", o.gpus)
 	}
+	l, err := sim.ParseLatency(o.simLatency)
+	if err != nil {
+		return o, fmt.Errorf("--sim-latency %w", err)
+	}
+	o.latency = l
 	for s := range strings.SplitSeq(steps, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.steps = append(o.steps, s)
@@ -114,7 +123,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	d := &demo{o: o, out: out, file: f, data: string(data)}
-	d.printf("carve demo: a real single-node Kubernetes %s with simulated GPUs (%s)\n\n", cluster.KubernetesVersion, o.gpus)
+	d.printf("carve demo: a real single-node Kubernetes %s with simulated GPUs (%s; %s)\n\n", cluster.KubernetesVersion, o.gpus, latencyNote(o.latency))
 	c, err := d.startCluster(ctx)
 	if err != nil {
 		return err
@@ -146,7 +155,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 	d.summary()
-	d.printf("\n  The GPUs are simulated: MIG operations take microseconds here, and far\n  longer on real GPUs; the rest (the agent, kubelet, scheduler) is real.\n")
+	if o.latency.IsZero() {
+		d.printf("\n  The GPUs are simulated: MIG operations take microseconds here, and seconds\n  on real GPUs (try --sim-latency realistic); the rest (the agent, kubelet,\n  scheduler) is real.\n")
+	} else {
+		d.printf("\n  The GPUs are simulated, their MIG operations timed with --sim-latency %s\n  (docs/reference.md, simulated latency); the rest (the agent, kubelet,\n  scheduler) is real.\n", o.latency)
+	}
 	if o.keep {
 		d.keepRunning(ctx, c)
 	}
@@ -220,7 +233,7 @@ func (d *demo) startAgent(ctx context.Context, c *cluster.Cluster, agentBin stri
 		"--node-name", c.NodeName(), "--kubeconfig", c.Kubeconfig(), "--config-map", cmNamespace + "/" + cmName,
 		"--gpus", d.o.gpus, "--sim-state", d.statePath, "--state-dir", filepath.Join(work, "state"),
 		"--device-plugin-dir", c.DevicePluginDir(), "--pod-resources-socket", c.PodResourcesSocket(),
-		"--metrics-addr", metricsAddr,
+		"--metrics-addr", metricsAddr, "--sim-latency", d.o.latency.String(),
 	}
 	d.printf("[3/3] carve-agent %s\n", strings.Join(args, " "))
 	d.printf("      log: %s\n", logPath)
@@ -273,7 +286,14 @@ func (d *demo) step(ctx context.Context, i int, profile string) error {
 		return err
 	}
 	d.printf("  kubectl label node %s carve.dev/profile=%s\n", nodeName, profile)
-	n, err := harness.WaitNodeEvery(ctx, d.cs, nodeName, 10*time.Millisecond, 5*time.Minute, "profile "+profile+" in force", func(n *corev1.Node) bool {
+	// Show the agent's state as it changes (applying while the GPUs are
+	// repartitioned); each step starts from success.
+	state := carvev1.StateSuccess
+	n, err := harness.WaitNodeEvery(ctx, d.cs, nodeName, 10*time.Millisecond, stepLimit, "profile "+profile+" in force", func(n *corev1.Node) bool {
+		if s := n.Labels[carvev1.LabelState]; s != state {
+			d.printf("    %8s  %s=%s\n", time.Since(since).Round(10*time.Millisecond), carvev1.LabelState, s)
+			state = s
+		}
 		return n.Labels[carvev1.LabelApplied] == profile && n.Labels[carvev1.LabelSource] == "label" &&
 			n.Labels[carvev1.LabelState] == carvev1.StateSuccess
 	})
@@ -335,6 +355,21 @@ func (d *demo) step(ctx context.Context, i int, profile string) error {
 	}
 	d.rows = append(d.rows, summaryRow{fmt.Sprint(i), profile, inForce.Round(10 * time.Millisecond).String(), gpuOps, strings.Join(counts, " ")})
 	return nil
+}
+
+// stepLimit is how long a step waits for its profile: a repartition of a
+// DGX at --sim-latency realistic takes about two minutes.
+const stepLimit = 10 * time.Minute
+
+// latencyNote says how long the simulated MIG operations take.
+func latencyNote(l sim.Latency) string {
+	switch {
+	case l.IsZero():
+		return "MIG operations take no time"
+	case l == sim.RealisticLatency():
+		return "MIG operations take as long as on hardware, --sim-latency realistic"
+	}
+	return "MIG operations timed with --sim-latency " + l.String()
 }
 
 // podSuffix turns a resource name into a pod name part: nvidia.com/gpu is

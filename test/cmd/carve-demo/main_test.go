@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
 )
@@ -18,13 +19,20 @@ func TestParseOptions(t *testing.T) {
 		name    string
 		args    []string
 		steps   []string
+		latency sim.Latency
 		wantErr string
 	}{
-		{name: "defaults", steps: []string{"full", "balanced", "shared-4"}},
-		{name: "steps", args: []string{"--steps", " all-1g, ,split "}, steps: []string{"all-1g", "split"}},
+		{name: "defaults", steps: []string{"full", "balanced", "shared-4"}, latency: sim.RealisticLatency()},
+		{name: "steps", args: []string{"--steps", " all-1g, ,split "}, steps: []string{"all-1g", "split"}, latency: sim.RealisticLatency()},
 		{name: "no steps", args: []string{"--steps", ","}, wantErr: "at least one profile"},
 		{name: "real GPUs", args: []string{"--gpus", "nvml"}, wantErr: "simulated GPUs"},
 		{name: "stray argument", args: []string{"now"}, wantErr: "unexpected arguments"},
+		{name: "no latency", args: []string{"--sim-latency", "none"}, steps: []string{"full", "balanced", "shared-4"}},
+		{name: "uniform latency", args: []string{"--sim-latency", "50ms"}, steps: []string{"full", "balanced", "shared-4"},
+			latency: sim.UniformLatency(50 * time.Millisecond)},
+		{name: "the last latency wins", args: []string{"--sim-latency", "realistic", "--sim-latency", "none"},
+			steps: []string{"full", "balanced", "shared-4"}},
+		{name: "bad latency", args: []string{"--sim-latency", "slow"}, wantErr: `--sim-latency "slow": want none, realistic`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,7 +49,22 @@ func TestParseOptions(t *testing.T) {
 			if strings.Join(o.steps, ",") != strings.Join(tt.steps, ",") {
 				t.Errorf("steps %q, want %q", o.steps, tt.steps)
 			}
+			if o.latency != tt.latency {
+				t.Errorf("latency %s, want %s", o.latency, tt.latency)
+			}
 		})
+	}
+}
+
+func TestLatencyNote(t *testing.T) {
+	for l, want := range map[sim.Latency]string{
+		{}:                              "MIG operations take no time",
+		sim.RealisticLatency():          "MIG operations take as long as on hardware, --sim-latency realistic",
+		sim.UniformLatency(time.Second): "MIG operations timed with --sim-latency 1s",
+	} {
+		if got := latencyNote(l); got != want {
+			t.Errorf("latencyNote(%s) = %q, want %q", l, got, want)
+		}
 	}
 }
 
@@ -78,7 +101,11 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := parseOptions([]string{"--agent", bin, "--profiles", filepath.Join(root, "configs", "examples", "profiles.yaml")}, io.Discard)
+	// `make demo` runs at --sim-latency realistic, which adds about three
+	// minutes; a short latency for every operation keeps the agent's apply
+	// with slow GPUs under test at a fraction of that.
+	o, err := parseOptions([]string{"--agent", bin, "--profiles", filepath.Join(root, "configs", "examples", "profiles.yaml"),
+		"--sim-latency", "50ms"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +123,9 @@ func TestDemo(t *testing.T) {
 		regexp.MustCompile(`demo-balanced-3g-40gb +nvidia\.com/mig-3g\.40gb: 1 +NVIDIA_VISIBLE_DEVICES=MIG-\S+\n += GPU \d, MIG 3g\.40gb at memory slices 4-7`),
 		regexp.MustCompile(`demo-shared-4-gpu +nvidia\.com/gpu: 1 +NVIDIA_VISIBLE_DEVICES=GPU-\S+\n += GPU \d, whole`),
 		regexp.MustCompile(`(?m)^    carve\.dev/profile\.applied=shared-4$`),
+		// 80 operations of 50ms: the node says applying meanwhile.
+		regexp.MustCompile(`(?m)^ +\S+  carve\.dev/state=applying$`),
+		regexp.MustCompile(`MIG operations timed with --sim-latency 50ms`),
 	} {
 		if !want.MatchString(text) {
 			t.Errorf("the output lacks %s", want)
