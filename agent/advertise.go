@@ -69,7 +69,10 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 	if a := p.r.applied; a != nil {
 		applied, hash = a.profile, a.hash
 	}
-	labels := Labels(LabelInput{Applied: applied, Source: p.sel.Source, Window: p.sel.Window, State: p.state, GPUs: p.node.GPUs, Resources: res})
+	labels := Labels(LabelInput{
+		Applied: applied, Source: p.sel.Source, Window: p.sel.Window, State: p.state,
+		GPUs: p.node.GPUs, Resources: res, Options: p.r.Labels,
+	})
 	if p.sel.Source == configs.SourceNone {
 		delete(labels, carvev1.LabelSource)
 	}

@@ -61,6 +61,9 @@ type Controller struct {
 	Logger *slog.Logger
 	// Resync is the informers' resync period; 0 disables resyncs.
 	Resync time.Duration
+	// ProfileLabel is the node label that pins a profile; "" is
+	// carve.dev/profile (configs.File.ProfileLabel).
+	ProfileLabel string
 
 	ready atomic.Bool
 }
@@ -240,6 +243,7 @@ func (c *Controller) loadConfig(cms cache.Store) (*configs.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ConfigMap %s key %s: %w", key, ConfigKey, err)
 	}
+	f.ProfileLabel = c.ProfileLabel
 	return f, nil
 }
 

@@ -26,6 +26,20 @@ type LabelInput struct {
 	GPUs []partition.GPU
 	// Resources are the devices advertised.
 	Resources timeslice.Resources
+	// Options say which optional keys to write.
+	Options LabelOptions
+}
+
+// LabelOptions choose the optional label keys.
+type LabelOptions struct {
+	// MIGManagerState also writes the state to NVIDIA's MIG manager label
+	// nvidia.com/mig.config.state, with its values (see
+	// carvev1.MIGManagerState), for automation built on it.
+	MIGManagerState bool
+	// CarveOnly leaves out GPU feature discovery's nvidia.com/* keys, for
+	// clusters where GFD writes them: carve then writes only carve.dev/*
+	// (and nvidia.com/mig.config.state when MIGManagerState asks for it).
+	CarveOnly bool
 }
 
 // Labels returns the labels carve writes on the node, all of them; keys
@@ -36,7 +50,10 @@ func Labels(in LabelInput) map[string]string {
 	out.set(carvev1.LabelSource, in.Source)
 	out.set(carvev1.LabelWindow, in.Window)
 	out.set(carvev1.LabelState, in.State)
-	if len(in.GPUs) == 0 {
+	if in.Options.MIGManagerState {
+		out.set(carvev1.LabelMIGManagerState, carvev1.MIGManagerState(in.State))
+	}
+	if len(in.GPUs) == 0 || in.Options.CarveOnly {
 		return out
 	}
 	out.gpus(in.GPUs)

@@ -94,6 +94,30 @@ func TestLabels(t *testing.T) {
 			wantNot: []string{carvev1.LabelApplied, carvev1.LabelSource, carvev1.LabelWindow},
 		},
 		{
+			name: "MIG manager state mirrored, GFD keys left to GFD",
+			in: func(t *testing.T) LabelInput {
+				t.Helper()
+				return LabelInput{Applied: "shared-4", Source: "label", State: carvev1.StateDraining, GPUs: whole,
+					Resources: expand(t, whole, map[int]timeslice.Sharing{0: {Replicas: 4}}),
+					Options:   LabelOptions{MIGManagerState: true, CarveOnly: true}}
+			},
+			want: map[string]string{
+				carvev1.LabelApplied: "shared-4", carvev1.LabelSource: "label", carvev1.LabelState: "draining",
+				carvev1.LabelMIGManagerState: "pending",
+			},
+		},
+		{
+			name: "MIG manager state with GFD keys",
+			in: func(*testing.T) LabelInput {
+				return LabelInput{State: carvev1.StateRebootRequired, GPUs: []partition.GPU{l4}, Options: LabelOptions{MIGManagerState: true}}
+			},
+			want: map[string]string{
+				carvev1.LabelState: "reboot-required", carvev1.LabelMIGManagerState: "rebooting",
+				carvev1.LabelGPUCount: "1", carvev1.LabelGPUProduct: "NVIDIA-L4", carvev1.LabelGPUMemory: "23034",
+				carvev1.LabelGPUReplicas: "1", carvev1.LabelSharingStrategy: "none", carvev1.LabelMIGCapable: "false", carvev1.LabelMIGStrategy: "mixed",
+			},
+		},
+		{
 			name: "no GPUs",
 			in: func(*testing.T) LabelInput {
 				return LabelInput{Applied: "full", Source: "default", State: carvev1.StateSuccess}

@@ -19,6 +19,7 @@ import (
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/plugin"
@@ -416,7 +417,7 @@ func TestReconcileRejectedConfigTouchesNoGPU(t *testing.T) {
 		// A profile that fits no GPU model at all makes the file broken,
 		// whichever profile the node selects.
 		{name: "impossible geometry in a profile not selected", yaml: strings.Replace(testProfiles, "{1g.10gb: 7}", "{1g.10gb: 8}", 1), profile: "balanced", reason: carvev1.ReasonConfigRejected},
-		{name: "MIG profile no model has, not selected", yaml: testProfiles + "  odd:\n    - gpus: all\n      mig: {9g.99gb: 1}\n", profile: "balanced", reason: carvev1.ReasonConfigRejected},
+		{name: "MIG profiles known and unknown mixed, not selected", yaml: testProfiles + "  odd:\n    - gpus: all\n      mig: {1g.10gb: 1, 9g.99gb: 1}\n", profile: "balanced", reason: carvev1.ReasonConfigRejected},
 		{name: "label names an unknown profile", yaml: testProfiles, profile: "no-such", reason: carvev1.ReasonConfigRejected},
 		// A selected profile that does not fit this node is unrealisable
 		// here, not a broken file (TestReconcileMixedFleet).
@@ -1083,27 +1084,30 @@ func TestReconcileCheckpointFailureStopsApply(t *testing.T) {
 
 // The whole file is checked on carve's catalogue, as carvectl validate
 // checks it, and on the models of this node's GPUs that the catalogue
-// lacks; the catalogue's version of a model wins.
+// lacks; the catalogue's version of a model wins; an entry for a model
+// neither knows is unverified, not an error.
 func TestFileGeometry(t *testing.T) {
-	b200 := partition.Model{Key: "B200-180GB", Product: "NVIDIA B200", MemoryMiB: 184320, MemorySlices: 8, ComputeSlices: 7,
-		Profiles: []partition.GIProfile{{ID: 0, Name: "7g.180gb", ComputeSlices: 7, MemorySlices: 8, MemoryMiB: 184320, MaxCount: 1,
+	x300 := partition.Model{Key: "X300-400GB", Product: "NVIDIA X300", MemoryMiB: 409600, MemorySlices: 8, ComputeSlices: 7,
+		Profiles: []partition.GIProfile{{ID: 0, Name: "7g.400gb", ComputeSlices: 7, MemorySlices: 8, MemoryMiB: 409600, MaxCount: 1,
 			Placements: []partition.Placement{{Start: 0, Size: 8}}}}}
 	// A device that reports an H100 with fewer profiles than the catalogue.
 	oddH100 := partition.Model{Key: "H100-80GB", Product: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, MemorySlices: 8, ComputeSlices: 7,
 		Profiles: []partition.GIProfile{{ID: 0, Name: "7g.80gb", ComputeSlices: 7, MemorySlices: 8, MemoryMiB: 81559, MaxCount: 1,
 			Placements: []partition.Placement{{Start: 0, Size: 8}}}}}
 	node := partition.Node{
-		GPUs:   []partition.GPU{{Index: 0, Model: "B200-180GB", Product: "NVIDIA B200", MIGCapable: true}, h100(1, "GPU-b")},
-		Models: map[int]partition.Model{0: b200, 1: oddH100},
+		GPUs:   []partition.GPU{{Index: 0, Model: "X300-400GB", Product: "NVIDIA X300", MIGCapable: true}, h100(1, "GPU-b")},
+		Models: map[int]partition.Model{0: x300, 1: oddH100},
 	}
 	tests := []struct {
-		name    string
-		entries string
-		wantErr string
+		name           string
+		entries        string
+		wantErr        string
+		wantUnverified string
 	}{
-		{"a model only this node knows", "    - gpus: all\n      model: B200\n      mig: {7g.180gb: 1}\n", ""},
-		{"the catalogue's H100 wins over the node's", "    - gpus: all\n      model: H100\n      mig: {1g.10gb: 7}\n", ""},
-		{"a model neither knows", "    - gpus: all\n      model: V100\n      mig: {1g.5gb: 1}\n", `"V100" matches no known GPU model`},
+		{"a model only this node knows", "    - gpus: all\n      model: X300\n      mig: {7g.400gb: 1}\n", "", ""},
+		{"a model only this node knows, checked on it", "    - gpus: all\n      model: X300\n      mig: {7g.400gb: 2}\n", "7g.400gb x2", ""},
+		{"the catalogue's H100 wins over the node's", "    - gpus: all\n      model: H100-80GB\n      mig: {1g.10gb: 7}\n", "", ""},
+		{"a model neither knows", "    - gpus: all\n      model: V100\n      mig: {1g.5gb: 1}\n", "", `"V100" matches no GPU model known here`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1111,16 +1115,66 @@ func TestFileGeometry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = f.Validate(node.FleetGeometry(), nil)
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
+			unverified, err := desired.CheckFile(f, node)
+			if (err != nil) != (tt.wantErr != "") || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("CheckFile error %v, want one saying %q", err, tt.wantErr)
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Validate = %v, want an error saying %q", err, tt.wantErr)
+			if got := len(unverified); got != 0 && tt.wantUnverified == "" || got != 1 && tt.wantUnverified != "" ||
+				got == 1 && !strings.Contains(unverified[0].String(), tt.wantUnverified) {
+				t.Fatalf("unverified %v, want %q", unverified, tt.wantUnverified)
 			}
 		})
+	}
+}
+
+// futureProfiles adds to testProfiles profiles for GPUs newer than the
+// catalogue: one by a model filter, one by MIG profiles no model here has.
+const futureProfiles = testProfiles + `  future:
+    - gpus: all
+      model: X300-400GB
+      mig: {1g.50gb: 7}
+  future-unfiltered:
+    - gpus: all
+      mig: {1g.57gb: 7}
+`
+
+// TestReconcileUnverifiedEntries: entries for GPU models neither the
+// catalogue nor the node knows do not reject the file (a mixed fleet's file
+// holds them for other nodes); they are reported once as unverified, and
+// checked where selected.
+func TestReconcileUnverifiedEntries(t *testing.T) {
+	h := newHarness(t, "h100-80gb*2")
+	f := h.parse(futureProfiles)
+	res := h.reconcile(f, nil, "balanced")
+	if res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != "balanced" {
+		t.Fatalf("state %s applied %q, want balanced applied: %v", res.State, res.Labels[carvev1.LabelApplied], res.Err)
+	}
+	var msg string
+	for _, e := range res.Events {
+		if e.Reason == carvev1.ReasonConfigUnverified && e.Warning {
+			msg = e.Message
+		}
+	}
+	for _, want := range []string{"profile file entries not checked on this node", `profiles.future[0].model: "X300-400GB"`, "profiles.future-unfiltered[0].mig: no GPU model known here has any of 1g.57gb"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("ConfigUnverified message %q lacks %q", msg, want)
+		}
+	}
+	if again := h.reconcile(f, nil, "balanced"); hasEvent(again.Events, carvev1.ReasonConfigUnverified, true) {
+		t.Errorf("the same unverified entries reported again: %v", again.Events)
+	}
+
+	// Selected here, each is checked on this node's GPUs.
+	h.m.ResetOpLog()
+	if res := h.reconcile(f, nil, "future-unfiltered"); res.State != carvev1.StateFailed || !hasEvent(res.Events, carvev1.ReasonUnrealisable, true) {
+		t.Errorf("future-unfiltered on H100s: state %s, events %v; want failed, ProfileUnrealisable", res.State, res.Events)
+	}
+	if ops := h.mutations(); len(ops) != 0 {
+		t.Errorf("an unrealisable profile touched the GPUs: %v", ops)
+	}
+	// A model filter that selects none of the node's GPUs leaves them
+	// whole, as any entry that selects no GPU does.
+	if res := h.reconcile(f, nil, "future"); res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != "future" || res.Labels[carvev1.LabelGPUCount] != "2" {
+		t.Errorf("future on H100s: state %s, labels %v; want success with whole GPUs", res.State, res.Labels)
 	}
 }

@@ -131,6 +131,8 @@ type Reconciler struct {
 	Clock func() time.Time
 	// Hooks are called during applies.
 	Hooks Hooks
+	// Labels choose the optional node label keys.
+	Labels LabelOptions
 
 	started bool
 	// intent is true while a checkpoint may be on disk: one found at start

@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
 )
@@ -58,6 +61,12 @@ type Config struct {
 	// PluginRetryInterval is how often the device plugin retries a failed
 	// registration and checks its sockets; default plugin's default.
 	PluginRetryInterval time.Duration
+	// ProfileLabel is the node label that pins a profile; default
+	// carve.dev/profile. nvidia.com/mig.config keeps the habit of nodes
+	// labelled for NVIDIA's MIG manager.
+	ProfileLabel string
+	// Labels choose the optional node label keys.
+	Labels LabelOptions
 }
 
 // Agent is carve's node agent: the device-plugin servers and the
@@ -79,6 +88,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: ConfigMap namespace and name are required")
 	case cfg.GPUs == nil:
 		return nil, errors.New("agent: GPUs is required")
+	}
+	if err := CheckProfileLabel(cfg.ProfileLabel); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -106,12 +118,12 @@ func New(cfg Config) (*Agent, error) {
 	ctrl := &Controller{
 		Client: cfg.Client, NodeName: cfg.NodeName,
 		ConfigMapNamespace: cfg.ConfigMapNamespace, ConfigMapName: cfg.ConfigMapName,
-		Metrics: metrics, Clock: cfg.Clock, Logger: cfg.Logger,
+		Metrics: metrics, Clock: cfg.Clock, Logger: cfg.Logger, ProfileLabel: cfg.ProfileLabel,
 	}
 	ctrl.Reconciler = &Reconciler{
 		Lib: cfg.GPUs, InUse: plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0), Devices: mgr,
 		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
-		Hooks: Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp},
+		Hooks: Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp}, Labels: cfg.Labels,
 	}
 	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr}, nil
 }
@@ -163,4 +175,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.plugin.Stop()
 	return err
+}
+
+// CheckProfileLabel checks a key for Config.ProfileLabel: a valid label
+// key, and not one carve may write itself ("" is the default,
+// carve.dev/profile).
+func CheckProfileLabel(key string) error {
+	if key == "" {
+		return nil
+	}
+	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+		return fmt.Errorf("profile label %q: %s", key, strings.Join(errs, "; "))
+	}
+	if carvev1.MayWrite(key) {
+		return fmt.Errorf("profile label %q: a key carve writes itself; an operator's label must be another (carve.dev/profile, nvidia.com/mig.config, or one of your own)", key)
+	}
+	return nil
 }

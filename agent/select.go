@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
@@ -21,7 +22,9 @@ func (p *pass) selectProfile() (bool, error) {
 		reject = errors.New("no profile file")
 	}
 	if reject == nil {
-		reject = desired.CheckFile(f, p.node)
+		var unverified []configs.Problem
+		unverified, reject = desired.CheckFile(f, p.node)
+		p.reportUnverified(unverified)
 	}
 	var sel configs.Selection
 	if reject == nil {
@@ -41,4 +44,20 @@ func (p *pass) selectProfile() (bool, error) {
 		return false, nil
 	}
 	return true, nil
+}
+
+// reportUnverified reports the entries of the file that could not be
+// checked on this node (for GPU models it does not know) in a Warning
+// Event and the log; they do not reject the file.
+func (p *pass) reportUnverified(places []configs.Problem) {
+	if len(places) == 0 {
+		return
+	}
+	lines := make([]string, len(places))
+	for i, pl := range places {
+		lines[i] = pl.String()
+	}
+	p.event(true, carvev1.ReasonConfigUnverified, "profile file entries not checked on this node, for GPU models it does not know (checked on nodes that have them): %s",
+		strings.Join(lines, "; "))
+	p.log.Info("profile file entries for GPU models unknown here; not checked here", "entries", lines)
 }

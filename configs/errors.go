@@ -16,6 +16,10 @@ type Problem struct {
 	Path string
 	// Message says what is wrong there.
 	Message string
+	// Unverified marks a place that could not be checked here rather than
+	// one found wrong: an entry for a GPU model neither the catalogue nor
+	// this node knows. It is checked on the nodes that have that model.
+	Unverified bool
 }
 
 // String returns "path: message", or the message alone for the whole file.
@@ -76,13 +80,46 @@ func (ps *problems) add(path, format string, args ...any) {
 	ps.list = append(ps.list, Problem{Path: path, Message: textfmt.OneLine(fmt.Sprintf(format, args...))})
 }
 
+// unverified records a place that cannot be checked here (see
+// Problem.Unverified).
+func (ps *problems) unverified(path, format string, args ...any) {
+	ps.list = append(ps.list, Problem{Path: path, Message: textfmt.OneLine(fmt.Sprintf(format, args...)), Unverified: true})
+}
+
 // err returns nil when there are no problems, else an *Error with the
-// problems sorted and deduplicated.
+// problems sorted and deduplicated. Unverified places are not problems.
 func (ps *problems) err() error {
-	if len(ps.list) == 0 {
+	if err := sorted(ps.only(false)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// unverifiedPlaces returns the unverified places, sorted and deduplicated.
+func (ps *problems) unverifiedPlaces() []Problem {
+	if e := sorted(ps.only(true)); e != nil {
+		return e.Problems
+	}
+	return nil
+}
+
+// only returns the problems whose Unverified is unverified.
+func (ps *problems) only(unverified bool) []Problem {
+	var out []Problem
+	for _, p := range ps.list {
+		if p.Unverified == unverified {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// sorted returns nil for no problems, else an *Error with them sorted and
+// deduplicated.
+func sorted(list []Problem) *Error {
+	if len(list) == 0 {
 		return nil
 	}
-	list := append([]Problem(nil), ps.list...)
 	sort.SliceStable(list, func(i, j int) bool {
 		if c := comparePaths(list[i].Path, list[j].Path); c != 0 {
 			return c < 0

@@ -3,8 +3,6 @@ package configs
 import (
 	"fmt"
 	"time"
-
-	carvev1 "github.com/carve-dev/carve/api/v1"
 )
 
 // maxChangeSteps bounds the boundary instants NextChange and InMaintenance
@@ -31,9 +29,10 @@ func selectorMatches(sel, labels map[string]string) bool {
 //
 //  1. an active window whose nodeSelector matches; among overlapping active
 //     windows, the one listed first;
-//  2. the node label carve.dev/profile (an empty value counts as absent; a
-//     value naming no profile is an error wrapping *UnknownProfileError,
-//     not a fall-through);
+//  2. the node label PinLabel names, carve.dev/profile unless ProfileLabel
+//     says otherwise (an empty value counts as absent; a value naming no
+//     profile is an error wrapping *UnknownProfileError, not a
+//     fall-through);
 //  3. the first rule whose nodeSelector matches;
 //  4. defaultProfile;
 //  5. nothing: Source is SourceNone and the agent leaves the GPUs alone.
@@ -52,10 +51,10 @@ func (f *File) Select(labels map[string]string, now time.Time) (Selection, error
 			return Selection{Profile: w.Profile, Source: SourceWindow, Window: w.Name, Rule: -1}, nil
 		}
 	}
-	if v := labels[carvev1.LabelProfile]; v != "" {
+	if v := labels[f.PinLabel()]; v != "" {
 		if _, ok := f.Profiles[v]; !ok {
 			return Selection{Source: SourceNone, Rule: -1},
-				fmt.Errorf("node label %s=%s: %w", carvev1.LabelProfile, v, &UnknownProfileError{Name: v, Known: sortedKeys(f.Profiles)})
+				fmt.Errorf("node label %s=%s: %w", f.PinLabel(), v, &UnknownProfileError{Name: v, Known: sortedKeys(f.Profiles)})
 		}
 		return Selection{Profile: v, Source: SourceLabel, Rule: -1}, nil
 	}

@@ -109,6 +109,33 @@ func TestSelectUnknownLabelIsAnError(t *testing.T) {
 	}
 }
 
+func TestSelectProfileLabel(t *testing.T) {
+	f := mustParse(t, selectFile)
+	f.ProfileLabel = "nvidia.com/mig.config"
+	at := utc(2025, 6, 2, 10, 0)
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   Selection
+		err    string
+	}{
+		{"the configured label pins", map[string]string{"nvidia.com/mig.config": "mig"}, sel("mig", SourceLabel, "", -1), ""},
+		{"carve.dev/profile no longer pins", map[string]string{carvev1.LabelProfile: "mig"}, sel("full", SourceDefault, "", -1), ""},
+		{"an unknown value names the configured label", map[string]string{"nvidia.com/mig.config": "all-1g.5gb"}, sel("", SourceNone, "", -1), "node label nvidia.com/mig.config=all-1g.5gb: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := f.Select(tc.labels, at)
+			if (err != nil) != (tc.err != "") || err != nil && !strings.HasPrefix(err.Error(), tc.err) {
+				t.Fatalf("Select error %v, want one starting %q", err, tc.err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Select mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestSelectNone(t *testing.T) {
 	f := mustParse(t, "version: v1\nprofiles: {full: []}\nrules: [{nodeSelector: {a: b}, profile: full}]\n")
 	s, err := f.Select(map[string]string{"a": "c"}, utc(2025, 1, 1, 0, 0))

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
 )
 
 // Version is the only value of the file's version field this package reads.
@@ -62,6 +64,20 @@ type File struct {
 	Maintenance []Recurrence
 	// Drain says how pods that hold devices a change removes are handled.
 	Drain Drain
+	// ProfileLabel is the node label that pins a profile (see Select); ""
+	// means carve.dev/profile. It is not part of the file: carve-agent's
+	// --profile-label sets it, e.g. to nvidia.com/mig.config for nodes
+	// labelled the way NVIDIA's MIG manager reads them.
+	ProfileLabel string
+}
+
+// PinLabel returns the node label that pins a profile: ProfileLabel, or
+// carve.dev/profile when that is empty.
+func (f *File) PinLabel() string {
+	if f.ProfileLabel != "" {
+		return f.ProfileLabel
+	}
+	return carvev1.LabelProfile
 }
 
 // Profile is the list of entries of one profile, matched in order. A GPU

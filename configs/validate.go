@@ -25,15 +25,27 @@ import (
 // has all of its MIG profiles, since which models it lands on is known only
 // on a node.
 func (f *File) Validate(g Geometry, gpus []GPU) error {
+	_, err := f.Check(g, gpus)
+	return err
+}
+
+// Check is Validate that also returns the places it could not check
+// (Problem.Unverified): without a node, an entry whose model filter
+// matches no model of g, and an entry without a filter none of whose MIG
+// profiles any model of g has. On a mixed fleet such an entry is for a GPU
+// newer than the catalogue; it is checked where it applies, on the nodes
+// that have that GPU (ValidateProfile with their GPUs), and does not make
+// the file invalid elsewhere.
+func (f *File) Check(g Geometry, gpus []GPU) ([]Problem, error) {
 	if g == nil {
-		return errors.New("configs: validate: no geometry to check MIG profiles against")
+		return nil, errors.New("configs: validate: no geometry to check MIG profiles against")
 	}
 	var ps problems
 	models := knownModels(g)
 	for _, name := range sortedKeys(f.Profiles) {
 		checkProfile(&ps, name, f.Profiles[name], g, models, gpus)
 	}
-	return ps.err()
+	return ps.unverifiedPlaces(), ps.err()
 }
 
 // ValidateProfile checks the MIG geometry of one profile as Validate checks
@@ -209,7 +221,7 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 				}
 			}
 			if len(cands) == 0 {
-				ps.add(join(index(path, i), fieldModel), "%q matches no known GPU model (known: %s)", e.Model, strings.Join(keys, ", "))
+				ps.unverified(join(index(path, i), fieldModel), "%q matches no GPU model known here (known: %s); the entry is checked only on nodes that have such a GPU", e.Model, strings.Join(keys, ", "))
 				continue
 			}
 		} else {
@@ -218,6 +230,7 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 				continue
 			}
 			var has []string
+			anyKnown := false
 			for _, m := range models {
 				var known []string
 				for _, n := range names {
@@ -228,10 +241,15 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 				if len(known) == len(names) {
 					cands = append(cands, m)
 				}
+				anyKnown = anyKnown || len(known) > 0
 				if len(known) == 0 {
 					known = []string{"none of them"}
 				}
 				has = append(has, m.Key+" has "+strings.Join(known, ", "))
+			}
+			if len(cands) == 0 && !anyKnown {
+				ps.unverified(p, "no GPU model known here has any of %s; the entry is checked only on nodes whose GPUs have them", strings.Join(names, ", "))
+				continue
 			}
 			if len(cands) == 0 {
 				ps.add(p, "no known GPU model has all of %s (%s); add a model filter or fix the names",

@@ -19,7 +19,7 @@ func dgxH100() []GPU { return nodeOf(8, "H100-80GB", "NVIDIA H100 80GB HBM3", tr
 func TestValidate(t *testing.T) {
 	mixed := append(nodeOf(2, "H100-80GB", "NVIDIA H100 80GB HBM3", true),
 		GPU{Index: 2, Model: "T4-16GB", Product: "Tesla T4", MIGCapable: false},
-		GPU{Index: 3, Model: "B200-180GB", Product: "NVIDIA B200", MIGCapable: true})
+		GPU{Index: 3, Model: "X200-180GB", Product: "NVIDIA X200", MIGCapable: true})
 	tests := []struct {
 		name     string
 		profiles string
@@ -51,13 +51,7 @@ func TestValidate(t *testing.T) {
   p:
     - gpus: all
       mig: {1g.5gb: 1, 1g.18gb: 1}
-`, nil, []string{"profiles.p[0].mig: no known GPU model has all of 1g.18gb, 1g.5gb (A100-40GB has 1g.5gb; A100-80GB has none of them; H100-80GB has none of them; H200-141GB has 1g.18gb; A30-24GB has none of them)"}},
-		{"filter matches no model", `
-  p:
-    - gpus: all
-      model: V100
-      mig: {1g.5gb: 1}
-`, nil, []string{`profiles.p[0].model: "V100" matches no known GPU model (known: A100-40GB, A100-80GB, H100-80GB, H200-141GB, A30-24GB)`}},
+`, nil, []string{"profiles.p[0].mig: no known GPU model has all of 1g.18gb, 1g.5gb (A100-40GB has 1g.5gb; A100-80GB has none of them; H100-80GB has none of them; H100-94GB has none of them; H100-96GB has none of them; H200-141GB has 1g.18gb; GH200-144GB has 1g.18gb; B200-180GB has none of them; GB200-186GB has none of them; B300-288GB has none of them; GB300-288GB has none of them; A30-24GB has none of them; RTX-PRO-6000-96GB has none of them)"}},
 		{"profile unknown to the filtered model", `
   p:
     - gpus: all
@@ -73,7 +67,7 @@ func TestValidate(t *testing.T) {
 		{"different filters that match one model", `
   p:
     - gpus: all
-      model: H100
+      model: h100 80gb
       mig: {7g.80gb: 1}
     - gpus: [3]
       model: H100-80GB-HBM3
@@ -112,7 +106,7 @@ func TestValidate(t *testing.T) {
 `, mixed, []string{
 			"profiles.p[0].mig: 1g.5gb is not a MIG profile of H100-80GB (GPUs 0-1); it has 1g.10gb",
 			"profiles.p[0].mig: GPU 2 (T4-16GB) cannot run MIG",
-			"profiles.p[0].mig: no MIG geometry is known for B200-180GB (GPU 3)",
+			"profiles.p[0].mig: no MIG geometry is known for X200-180GB (GPU 3)",
 		}},
 		{"on a node: the model filter keeps MIG off other GPUs", `
   p:
@@ -272,5 +266,71 @@ func TestDescribeMIG(t *testing.T) {
 		if got := describeMIG(tc.mig); got != tc.want {
 			t.Errorf("describeMIG(%v) = %q, want %q", tc.mig, got, tc.want)
 		}
+	}
+}
+
+// TestCheckUnverified: without a node, entries for GPU models neither the
+// catalogue nor the node knows are unverified, not problems, so that one
+// file serves a mixed fleet; a mix of known and unknown names stays a
+// problem (a typo, not another GPU).
+func TestCheckUnverified(t *testing.T) {
+	tests := []struct {
+		name           string
+		profiles       string
+		wantUnverified []string
+		wantErr        string
+	}{
+		{"a filter for a model known nowhere here", `
+  p:
+    - gpus: all
+      model: V100
+      mig: {1g.5gb: 1}
+`, []string{`profiles.p[0].model: "V100" matches no GPU model known here (known: `}, ""},
+		{"profiles no model here has", `
+  p:
+    - gpus: all
+      mig: {1g.50gb: 2, 2g.100gb: 1}
+`, []string{"profiles.p[0].mig: no GPU model known here has any of 1g.50gb, 2g.100gb; the entry is checked only on nodes whose GPUs have them"}, ""},
+		{"known and unknown names mixed is a problem", `
+  p:
+    - gpus: all
+      mig: {1g.5gb: 1, 1g.50gb: 1}
+`, nil, "profiles.p[0].mig: no known GPU model has all of 1g.50gb, 1g.5gb"},
+		{"an unverified entry beside a wrong one", `
+  p:
+    - gpus: [0]
+      model: V100
+      mig: {1g.5gb: 1}
+    - gpus: [1]
+      model: A100-40GB
+      mig: {1g.5gb: 8}
+`, []string{`profiles.p[0].model: "V100" matches no GPU model known here`}, "profiles.p[1].mig: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := mustParse(t, "version: v1\nprofiles:"+tc.profiles)
+			unverified, err := f.Check(catalogue(), nil)
+			var got []string
+			for i, p := range unverified {
+				if !p.Unverified {
+					t.Errorf("unverified place %d has Unverified false", i)
+				}
+				got = append(got, p.String())
+			}
+			if len(got) != len(tc.wantUnverified) {
+				t.Fatalf("unverified %q, want %d starting %q", got, len(tc.wantUnverified), tc.wantUnverified)
+			}
+			for i, w := range tc.wantUnverified {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("unverified %d = %q, want prefix %q", i, got[i], w)
+				}
+			}
+			if (err != nil) != (tc.wantErr != "") || err != nil && !strings.HasPrefix(err.Error(), tc.wantErr) {
+				t.Errorf("error %v, want one starting %q", err, tc.wantErr)
+			}
+			if verr := f.Validate(catalogue(), nil); (verr == nil) != (err == nil) {
+				t.Errorf("Validate = %v, Check's error %v: they must agree", verr, err)
+			}
+		})
 	}
 }

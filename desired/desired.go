@@ -27,9 +27,12 @@ type State struct {
 // CheckFile checks a whole profile file as it must hold on every node of a
 // fleet: against the catalogue and this node's models, without this node's
 // GPUs, since the file may hold profiles meant for other nodes. A file
-// that fails is broken for every node and must not touch any GPU.
-func CheckFile(f *configs.File, node partition.Node) error {
-	return f.Validate(node.FleetGeometry(), nil)
+// that fails is broken for every node and must not touch any GPU. It also
+// returns the entries it could not check, for GPU models neither the
+// catalogue nor this node knows (configs.File.Check): they are checked on
+// the nodes that have those GPUs, when selected there.
+func CheckFile(f *configs.File, node partition.Node) ([]configs.Problem, error) {
+	return f.Check(node.FleetGeometry(), nil)
 }
 
 // For checks the profile on the node's GPUs and resolves it. An error

@@ -70,7 +70,7 @@ func TestForPlanResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckFile(f, node); err != nil {
+	if _, err := CheckFile(f, node); err != nil {
 		t.Fatalf("CheckFile: %v", err)
 	}
 	if _, err := For(f, "a100", node); err != nil {

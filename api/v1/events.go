@@ -5,6 +5,10 @@ const (
 	// ReasonConfigRejected (Warning): the profile file is invalid or
 	// missing; the GPUs are left as they are.
 	ReasonConfigRejected = "ConfigRejected"
+	// ReasonConfigUnverified (Warning): entries of the profile file name
+	// GPU models neither carve's catalogue nor this node knows; they were
+	// not checked here and are checked on the nodes that have such GPUs.
+	ReasonConfigUnverified = "ConfigUnverified"
 	// ReasonUnrealisable (Warning): the selected profile does not fit
 	// this node's GPUs; they are left as they are.
 	ReasonUnrealisable = "ProfileUnrealisable"

@@ -38,6 +38,15 @@ const (
 	// LabelMIGStrategy is always MIGStrategyMixed: each MIG profile is its
 	// own resource.
 	LabelMIGStrategy = "nvidia.com/mig.strategy"
+
+	// LabelMIGManagerState is the label NVIDIA's MIG manager writes its
+	// state to; carve mirrors its own state there when asked
+	// (carve-agent --mig-manager-state-label), see MIGManagerState.
+	LabelMIGManagerState = "nvidia.com/mig.config.state"
+	// LabelMIGManagerConfig is the label NVIDIA's MIG manager reads the
+	// wanted configuration from; carve-agent --profile-label can make it
+	// the label that pins a profile.
+	LabelMIGManagerConfig = "nvidia.com/mig.config"
 )
 
 // Suffixes of the per-MIG-profile labels (MIGLabelKey).

@@ -160,9 +160,10 @@ func Owns(rec *NodeRecord, key string) bool {
 
 // MayWrite reports whether carve may write the label key at all: a key in
 // its carve.dev/ domain other than LabelProfile, which an operator sets,
-// or a GPU key in the nvidia.com/ domain.
+// or a GPU key in the nvidia.com/ domain other than LabelMIGManagerConfig,
+// which an operator sets too.
 func MayWrite(key string) bool {
-	if key == LabelProfile {
+	if key == LabelProfile || key == LabelMIGManagerConfig {
 		return false
 	}
 	return strings.HasPrefix(key, CarvePrefix) || strings.HasPrefix(key, vendorPrefix)

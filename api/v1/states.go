@@ -19,6 +19,35 @@ const (
 	StateRebootRequired = "reboot-required"
 )
 
+// MIG manager states: the values NVIDIA's MIG manager writes to
+// LabelMIGManagerState.
+const (
+	MIGManagerPending   = "pending"
+	MIGManagerRebooting = "rebooting"
+	MIGManagerSuccess   = "success"
+	MIGManagerFailed    = "failed"
+)
+
+// MIGManagerState maps a carve state to the MIG manager state that means
+// the most nearly the same for automation that waits on it: success and
+// failed as they are; pending, draining and applying are pending (a
+// change is on its way); reboot-required is rebooting (the change
+// continues once the node has restarted, though carve itself never
+// reboots a node). Unknown states map to "".
+func MIGManagerState(state string) string {
+	switch state {
+	case StateSuccess:
+		return MIGManagerSuccess
+	case StateFailed:
+		return MIGManagerFailed
+	case StatePending, StateDraining, StateApplying:
+		return MIGManagerPending
+	case StateRebootRequired:
+		return MIGManagerRebooting
+	}
+	return ""
+}
+
 // StateRank orders the states by how much attention they need, so that
 // the worst of several findings is the node's state: reboot-required >
 // failed > draining > pending > applying > success (and unknown values).

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/carve-dev/carve/partition"
 )
 
 func TestLabelValue(t *testing.T) {
@@ -34,17 +37,72 @@ func TestNames(t *testing.T) {
 		{"1g.10gb", false, "nvidia.com/mig-1g.10gb", "nvidia.com/mig-1g.10gb.count"},
 		{"1g.10gb+me", false, "nvidia.com/mig-1g.10gb.me", "nvidia.com/mig-1g.10gb.me.count"},
 		{"3g.40gb", true, "nvidia.com/mig-3g.40gb.shared", "nvidia.com/mig-3g.40gb.count"},
+		// NVIDIA's variants as its device plugin names them: "+" becomes
+		// ".", "-me" stays.
+		{"1g.24gb+me.all", false, "nvidia.com/mig-1g.24gb.me.all", "nvidia.com/mig-1g.24gb.me.all.count"},
+		{"2g.48gb+me.all", true, "nvidia.com/mig-2g.48gb.me.all.shared", "nvidia.com/mig-2g.48gb.me.all.count"},
+		{"1g.24gb-me", false, "nvidia.com/mig-1g.24gb-me", "nvidia.com/mig-1g.24gb-me.count"},
+		{"2g.48gb-me", true, "nvidia.com/mig-2g.48gb-me.shared", "nvidia.com/mig-2g.48gb-me.count"},
+		{"1g.24gb+gfx", false, "nvidia.com/mig-1g.24gb.gfx", "nvidia.com/mig-1g.24gb.gfx.count"},
+		{"4g.96gb+gfx", false, "nvidia.com/mig-4g.96gb.gfx", "nvidia.com/mig-4g.96gb.gfx.count"},
+		{"1g.23gb+me", false, "nvidia.com/mig-1g.23gb.me", "nvidia.com/mig-1g.23gb.me.count"},
+		{"7g.269gb", false, "nvidia.com/mig-7g.269gb", "nvidia.com/mig-7g.269gb.count"},
 	}
 	for _, tt := range tests {
-		if got := ResourceName(tt.profile, tt.shared); got != tt.resource {
+		got := ResourceName(tt.profile, tt.shared)
+		if got != tt.resource {
 			t.Errorf("ResourceName(%q, %v) = %q, want %q", tt.profile, tt.shared, got, tt.resource)
+		}
+		// Resource names and label keys must be qualified names to the
+		// API server.
+		if errs := validation.IsQualifiedName(got); len(errs) > 0 {
+			t.Errorf("resource name %q is invalid: %v", got, errs)
 		}
 		if tt.profile == "" {
 			continue
 		}
-		if got := MIGLabelKey(tt.profile, MIGLabelCount); got != tt.countLabel {
-			t.Errorf("MIGLabelKey(%q) = %q, want %q", tt.profile, got, tt.countLabel)
+		key := MIGLabelKey(tt.profile, MIGLabelCount)
+		if key != tt.countLabel {
+			t.Errorf("MIGLabelKey(%q) = %q, want %q", tt.profile, key, tt.countLabel)
 		}
+		for _, suffix := range []string{MIGLabelCount, MIGLabelReplicas, MIGLabelMemory} {
+			if errs := validation.IsQualifiedName(MIGLabelKey(tt.profile, suffix)); len(errs) > 0 {
+				t.Errorf("label key %q is invalid: %v", MIGLabelKey(tt.profile, suffix), errs)
+			}
+		}
+	}
+}
+
+// Every profile name of the catalogue makes a valid resource name and
+// label key, and no two profiles of a model share one.
+func TestCatalogueNames(t *testing.T) {
+	for _, m := range partition.Catalogue() {
+		seen := map[string]string{}
+		for _, p := range m.Profiles {
+			for _, name := range []string{ResourceName(p.Name, false), ResourceName(p.Name, true), MIGLabelKey(p.Name, MIGLabelMemory)} {
+				if errs := validation.IsQualifiedName(name); len(errs) > 0 {
+					t.Errorf("%s %s: %q is invalid: %v", m.Key, p.Name, name, errs)
+				}
+			}
+			if other, dup := seen[MIGName(p.Name)]; dup {
+				t.Errorf("%s: %s and %s are both %s", m.Key, other, p.Name, MIGName(p.Name))
+			}
+			seen[MIGName(p.Name)] = p.Name
+		}
+	}
+}
+
+func TestMIGManagerState(t *testing.T) {
+	got := map[string]string{}
+	for _, s := range []string{StateSuccess, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired, "other"} {
+		got[s] = MIGManagerState(s)
+	}
+	want := map[string]string{
+		StateSuccess: "success", StatePending: "pending", StateDraining: "pending", StateApplying: "pending",
+		StateFailed: "failed", StateRebootRequired: "rebooting", "other": "",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MIGManagerState (-want +got):\n%s", diff)
 	}
 }
 
@@ -62,8 +120,9 @@ func TestOwnsAndMayWrite(t *testing.T) {
 		{"nvidia.com/mig-1g.10gb.count", true, true},
 		{"nvidia.com/mig-7g.80gb.count", false, true}, // GPU feature discovery's
 		{LabelGPUProduct, false, true},
-		{LabelProfile, false, false}, // the operator's pin
-		{"nvidia.com/mig.config", false, true},
+		{LabelProfile, false, false},          // the operator's pin
+		{LabelMIGManagerConfig, false, false}, // the operator's, with --profile-label
+		{LabelMIGManagerState, false, true},
 		{"kubernetes.io/hostname", false, false},
 		{"pool", false, false},
 	}

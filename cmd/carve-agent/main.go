@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/carve-dev/carve/agent"
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/gpus"
 	"github.com/carve-dev/carve/plugin"
@@ -36,12 +37,24 @@ type options struct {
 	configMapName      string
 	gpus               string
 	simState           string
+	simLatency         string
 	devicePluginDir    string
 	podResourcesSocket string
 	stateDir           string
 	metricsAddr        string
+	profileLabel       string
 	cdi                bool
+	migManagerState    bool
+	gfdLabels          bool
 	logLevel           slog.Level
+}
+
+// boolSpec is one boolean flag: its name, environment variable, default
+// and use.
+type boolSpec struct {
+	name, env, usage string
+	def              bool
+	dst              *bool
 }
 
 // flagSpec is one flag: its name, environment variable, default and use.
@@ -61,10 +74,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		{"config-map", "CARVE_CONFIG_MAP", "carve-system/carve-profiles", "namespace/name of the profile ConfigMap (key profiles.yaml)", &configMap},
 		{"gpus", "CARVE_GPUS", "nvml", "nvml, or sim:<machine> for simulated GPUs", &o.gpus},
 		{"sim-state", "CARVE_SIM_STATE", "", "file where the simulator keeps its MIG state across restarts", &o.simState},
+		{"sim-latency", "CARVE_SIM_LATENCY", "none", "how long simulated GPUs take for a MIG change: none, realistic (as on hardware), a duration for every operation (200ms), or op=duration,... (create-gi=1s,reset-gpu=5s)", &o.simLatency},
 		{"device-plugin-dir", "CARVE_DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins", "kubelet's device-plugin socket directory", &o.devicePluginDir},
 		{"pod-resources-socket", "CARVE_POD_RESOURCES_SOCKET", plugin.DefaultPodResourcesSocket, "kubelet PodResources API socket", &o.podResourcesSocket},
 		{"state-dir", "CARVE_STATE_DIR", "/var/lib/carve", "directory for the checkpoint of the apply in progress", &o.stateDir},
 		{"metrics-addr", "CARVE_METRICS_ADDR", ":9465", "address of /metrics, /healthz and /readyz", &o.metricsAddr},
+		{"profile-label", "CARVE_PROFILE_LABEL", carvev1.LabelProfile, "the node label that pins a profile; nvidia.com/mig.config for nodes labelled for NVIDIA's MIG manager", &o.profileLabel},
 		{"log-level", "CARVE_LOG_LEVEL", "info", "debug, info, warn or error", &logLevel},
 	}
 	fs := flag.NewFlagSet("carve-agent", flag.ContinueOnError)
@@ -76,15 +91,22 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 		fs.StringVar(s.dst, s.name, def, fmt.Sprintf("%s [%s]", s.usage, s.env))
 	}
-	cdi := false
-	if v := getenv("CARVE_CDI"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return o, fmt.Errorf("CARVE_CDI=%q: want true or false", v)
-		}
-		cdi = b
+	bools := []boolSpec{
+		{"cdi", "CARVE_CDI", "also answer Allocate with CDI device names nvidia.com/gpu=<uuid>", false, &o.cdi},
+		{"mig-manager-state-label", "CARVE_MIG_MANAGER_STATE_LABEL", "also mirror the state into nvidia.com/mig.config.state with NVIDIA's MIG manager's values (pending, rebooting, success, failed)", false, &o.migManagerState},
+		{"gfd-labels", "CARVE_GFD_LABELS", "write GPU feature discovery's nvidia.com/* keys; false where GFD runs (carve then writes only carve.dev/*)", true, &o.gfdLabels},
 	}
-	fs.BoolVar(&o.cdi, "cdi", cdi, "also answer Allocate with CDI device names nvidia.com/gpu=<uuid> [CARVE_CDI]")
+	for _, s := range bools {
+		def := s.def
+		if v := getenv(s.env); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return o, fmt.Errorf("%s=%q: want true or false", s.env, v)
+			}
+			def = b
+		}
+		fs.BoolVar(s.dst, s.name, def, fmt.Sprintf("%s [%s]", s.usage, s.env))
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -99,8 +121,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return o, fmt.Errorf("--config-map %q: want namespace/name", configMap)
 	}
 	o.configMapNamespace, o.configMapName = ns, name
-	if err := gpus.Check(o.gpus, gpus.Options{SimState: o.simState}); err != nil {
+	if err := gpus.Check(o.gpus, o.gpuOptions()); err != nil {
 		return o, err
+	}
+	if err := agent.CheckProfileLabel(o.profileLabel); err != nil {
+		return o, fmt.Errorf("--profile-label: %w", err)
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return o, fmt.Errorf("--log-level %q: %w", logLevel, err)
@@ -108,9 +133,14 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	return o, nil
 }
 
+// gpuOptions are the flags that go with --gpus.
+func (o options) gpuOptions() gpus.Options {
+	return gpus.Options{SimState: o.simState, SimLatency: o.simLatency}
+}
+
 // openGPUs opens and initialises the GPUs --gpus names.
-func openGPUs(spec, simState string) (partition.NVML, error) {
-	lib, err := gpus.Open(spec, gpus.Options{SimState: simState})
+func openGPUs(spec string, opts gpus.Options) (partition.NVML, error) {
+	lib, err := gpus.Open(spec, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +177,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	if err != nil {
 		return err
 	}
-	lib, err := openGPUs(o.gpus, o.simState)
+	lib, err := openGPUs(o.gpus, o.gpuOptions())
 	if err != nil {
 		return err
 	}
@@ -175,6 +205,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 		ConfigMapNamespace: o.configMapNamespace, ConfigMapName: o.configMapName,
 		GPUs: lib, DevicePluginDir: o.devicePluginDir, PodResourcesSocket: o.podResourcesSocket,
 		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
+		ProfileLabel: o.profileLabel, Labels: agent.LabelOptions{MIGManagerState: o.migManagerState, CarveOnly: !o.gfdLabels},
 	})
 	if err != nil {
 		return err
@@ -191,7 +222,11 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
-	log.Info("carve-agent running", "gpus", o.gpus, "metrics", o.metricsAddr)
+	if o.gpus == gpus.NVML {
+		log.Info("carve-agent running", "gpus", o.gpus, "metrics", o.metricsAddr)
+	} else {
+		log.Info("carve-agent running", "gpus", o.gpus, "simLatency", o.simLatency, "metrics", o.metricsAddr)
+	}
 
 	var runErr error
 	select {

@@ -11,10 +11,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/gpus"
 	"github.com/carve-dev/carve/partition/sim"
 )
 
@@ -25,6 +28,7 @@ func TestParseOptions(t *testing.T) {
 		env     map[string]string
 		check   func(t *testing.T, o options)
 		wantErr bool
+		errText string // the whole error message, when checked
 	}{
 		{
 			name: "defaults",
@@ -33,7 +37,8 @@ func TestParseOptions(t *testing.T) {
 				t.Helper()
 				want := options{nodeName: "n1", configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
 					devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
-					stateDir: "/var/lib/carve", metricsAddr: ":9465", logLevel: slog.LevelInfo}
+					stateDir: "/var/lib/carve", metricsAddr: ":9465", simLatency: "none", logLevel: slog.LevelInfo,
+					profileLabel: "carve.dev/profile", gfdLabels: true}
 				if o != want {
 					t.Fatalf("options %+v, want %+v", o, want)
 				}
@@ -43,11 +48,13 @@ func TestParseOptions(t *testing.T) {
 			name: "environment",
 			env: map[string]string{"NODE_NAME": "n2", "KUBECONFIG": "/k", "CARVE_CONFIG_MAP": "ns/cm", "CARVE_GPUS": "sim:dgx-h100",
 				"CARVE_SIM_STATE": "/s.json", "CARVE_STATE_DIR": "/st", "CARVE_METRICS_ADDR": ":1", "CARVE_LOG_LEVEL": "debug",
-				"CARVE_DEVICE_PLUGIN_DIR": "/dp", "CARVE_POD_RESOURCES_SOCKET": "/pr.sock"},
+				"CARVE_DEVICE_PLUGIN_DIR": "/dp", "CARVE_POD_RESOURCES_SOCKET": "/pr.sock", "CARVE_SIM_LATENCY": "realistic",
+				"CARVE_PROFILE_LABEL": "nvidia.com/mig.config", "CARVE_MIG_MANAGER_STATE_LABEL": "true", "CARVE_GFD_LABELS": "false", "CARVE_CDI": "1"},
 			check: func(t *testing.T, o options) {
 				t.Helper()
 				want := options{nodeName: "n2", kubeconfig: "/k", configMapNamespace: "ns", configMapName: "cm", gpus: "sim:dgx-h100",
-					simState: "/s.json", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1", logLevel: slog.LevelDebug}
+					simState: "/s.json", simLatency: "realistic", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1",
+					logLevel: slog.LevelDebug, profileLabel: "nvidia.com/mig.config", migManagerState: true, cdi: true}
 				if o != want {
 					t.Fatalf("options %+v, want %+v", o, want)
 				}
@@ -68,6 +75,37 @@ func TestParseOptions(t *testing.T) {
 		{name: "bad config map", args: []string{"--node-name", "n", "--config-map", "justname"}, wantErr: true},
 		{name: "bad gpus", args: []string{"--node-name", "n", "--gpus", "cuda"}, wantErr: true},
 		{name: "sim state with real GPUs", args: []string{"--node-name", "n", "--sim-state", "/x"}, wantErr: true},
+		{
+			name: "NVIDIA label flags",
+			args: []string{"--node-name", "n", "--profile-label", "nvidia.com/mig.config", "--mig-manager-state-label", "--gfd-labels=false"},
+			check: func(t *testing.T, o options) {
+				t.Helper()
+				if o.profileLabel != "nvidia.com/mig.config" || !o.migManagerState || o.gfdLabels {
+					t.Fatalf("options %+v", o)
+				}
+			},
+		},
+		{name: "a profile label carve writes", args: []string{"--node-name", "n", "--profile-label", "carve.dev/state"}, wantErr: true,
+			errText: `--profile-label: profile label "carve.dev/state": a key carve writes itself; an operator's label must be another (carve.dev/profile, nvidia.com/mig.config, or one of your own)`},
+		{name: "a bad boolean in the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_GFD_LABELS": "maybe"}, wantErr: true,
+			errText: `CARVE_GFD_LABELS="maybe": want true or false`},
+		{
+			name: "sim latency",
+			args: []string{"--node-name", "n", "--gpus", "sim:a30x4", "--sim-latency", "create-gi=1s,reset-gpu=5s"},
+			check: func(t *testing.T, o options) {
+				t.Helper()
+				if o.simLatency != "create-gi=1s,reset-gpu=5s" {
+					t.Fatalf("simLatency %q", o.simLatency)
+				}
+			},
+		},
+		{name: "sim latency with real GPUs", args: []string{"--node-name", "n", "--sim-latency", "200ms"},
+			wantErr: true, errText: "--sim-latency works with simulated GPUs only (--gpus sim:<machine>)"},
+		{name: "sim latency none with real GPUs", args: []string{"--node-name", "n", "--sim-latency", "none"}},
+		{name: "bad sim latency", args: []string{"--node-name", "n", "--gpus", "sim:a30x4", "--sim-latency", "x"},
+			wantErr: true, errText: `--sim-latency "x": want none, realistic, a duration (200ms) or op=duration pairs (create-gi=1s,reset-gpu=5s)`},
+		{name: "bad sim latency in the environment", args: []string{"--node-name", "n", "--gpus", "sim:a30x4"},
+			env: map[string]string{"CARVE_SIM_LATENCY": "-2s"}, wantErr: true, errText: `--sim-latency "-2s": negative duration`},
 		{
 			name: "cdi",
 			args: []string{"--node-name", "n", "--cdi"},
@@ -101,6 +139,11 @@ func TestParseOptions(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
 			}
+			if tt.errText != "" {
+				if diff := cmp.Diff(tt.errText, err.Error()); diff != "" {
+					t.Errorf("error (-want +got):\n%s", diff)
+				}
+			}
 			if tt.check != nil {
 				tt.check(t, o)
 			}
@@ -110,7 +153,7 @@ func TestParseOptions(t *testing.T) {
 
 func TestOpenGPUsKeepsSimState(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "sim.json")
-	lib, err := openGPUs("sim:h100-80gb*1", state)
+	lib, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimState: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,19 +165,39 @@ func TestOpenGPUsKeepsSimState(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = lib.Shutdown()
-	again, err := openGPUs("sim:h100-80gb*1", state)
+	again, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimState: state})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus, err := partition.ReadInventory(again)
+	inv, err := partition.ReadInventory(again)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gpus[0].PendingMIGMode != partition.MIGEnabled {
+	if inv[0].PendingMIGMode != partition.MIGEnabled {
 		t.Fatal("simulator state not kept across a restart")
 	}
-	if _, err := openGPUs(sim.Prefix+"no-such-machine", ""); err == nil {
+	if _, err := openGPUs(sim.Prefix+"no-such-machine", gpus.Options{}); err == nil {
 		t.Fatal("unknown machine accepted")
+	}
+}
+
+func TestOpenGPUsWithSimLatency(t *testing.T) {
+	const d = 20 * time.Millisecond
+	lib, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimLatency: d.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lib.Shutdown() }()
+	dev, err := lib.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := dev.SetMIGMode(partition.MIGEnabled); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < d {
+		t.Errorf("SetMIGMode with --sim-latency %s took %s", d, took)
 	}
 }
 

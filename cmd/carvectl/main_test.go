@@ -89,6 +89,25 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateUnverified: an entry for a GPU model carve does not know is
+// reported as unverified, and the file is valid (it is checked on the
+// nodes that have such GPUs).
+func TestValidateUnverified(t *testing.T) {
+	p := writeFile(t, "version: v1\nprofiles:\n  p:\n    - gpus: all\n      model: X300-400GB\n      mig: {1g.50gb: 7}\n")
+	code, out, errOut := carvectl("validate", "-f", p)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	for _, want := range []string{
+		`profiles.yaml: unverified: profiles.p[0].model: "X300-400GB" matches no GPU model known here`,
+		"; 1 entry for GPU models not known here checked only on nodes that have them",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func TestValidateGeometryOnNode(t *testing.T) {
 	// 1g.10gb x7 fits an H100 but not an A100-40GB, where 1g.10gb takes
 	// two memory slices.
@@ -239,6 +258,59 @@ func TestPlanTable(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestPlanSimLatency(t *testing.T) {
+	r := sim.RealisticLatency()
+	// balanced on a fresh DGX H100, per GPU: enable MIG, reset, and a GPU
+	// and a compute instance for each of 2x 1g.10gb, 2g.20gb and 3g.40gb.
+	perGPU := r.EnableMIG + r.ResetGPU + 4*(r.CreateGI+r.CreateCI)
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string // a line of the output; "": no latency line
+		wantErr  string
+	}{
+		{name: "none", args: []string{"--gpus", "sim:dgx-h100"}},
+		{name: "none given", args: []string{"--gpus", "sim:dgx-h100", "--sim-latency", "none"}},
+		{name: "realistic", args: []string{"--gpus", "sim:dgx-h100", "--sim-latency", "realistic"},
+			want: "At --sim-latency realistic the 80 operations take " + (8 * perGPU).String() + ", one after another."},
+		{name: "uniform", args: []string{"--gpus", "sim:h100-80gb*1", "--sim-latency", "1s"},
+			want: "At --sim-latency 1s the 10 operations take 10s, one after another."},
+		{name: "per op", args: []string{"--gpus", "sim:h100-80gb*2", "--sim-latency", "reset-gpu=1m"},
+			want: "At --sim-latency reset-gpu=1m0s the 20 operations take 2m0s, one after another."},
+		{name: "real GPUs", args: []string{"--gpus", "nvml", "--sim-latency", "realistic"}, wantCode: 2,
+			wantErr: "carvectl plan: --sim-latency works with simulated GPUs only (--gpus sim:<machine>)\n"},
+		{name: "bad value", args: []string{"--gpus", "sim:dgx-h100", "--sim-latency", "x"}, wantCode: 2,
+			wantErr: `carvectl plan: --sim-latency "x": want none, realistic, a duration (200ms) or op=duration pairs (create-gi=1s,reset-gpu=5s)` + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := carvectl(append([]string{"plan", "-f", example, "--profile", "balanced"}, tt.args...)...)
+			if code != tt.wantCode || errOut != tt.wantErr {
+				t.Fatalf("exit %d, stderr %q; want %d, %q", code, errOut, tt.wantCode, tt.wantErr)
+			}
+			var got string
+			for line := range strings.Lines(out) {
+				if strings.HasPrefix(line, "At --sim-latency") {
+					got = strings.TrimSuffix(line, "\n")
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("latency line (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// The JSON document does not change with a latency.
+	if diff := cmp.Diff(planJSON(t, "-f", example, "--profile", "balanced", "--gpus", "sim:dgx-h100"),
+		planJSON(t, "-f", example, "--profile", "balanced", "--gpus", "sim:dgx-h100", "--sim-latency", "realistic")); diff != "" {
+		t.Errorf("plan -o json with a latency (-without +with):\n%s", diff)
+	}
+	// Nothing to do, nothing to time.
+	if _, out, _ := carvectl("plan", "-f", example, "--profile", "full", "--gpus", "sim:dgx-h100", "--sim-latency", "realistic"); strings.Contains(out, "At --sim-latency") {
+		t.Errorf("a plan without operations gets a latency line:\n%s", out)
 	}
 }
 

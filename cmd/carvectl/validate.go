@@ -13,13 +13,14 @@ import (
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/gpus"
 )
 
 func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", "profiles file (profiles.yaml)")
-	gpus := fs.String("gpus", "", "check against these GPUs: sim:<machine> or nvml (default: every model carve knows)")
+	gpuSpec := fs.String("gpus", "", "check against these GPUs: sim:<machine> or nvml (default: every model carve knows)")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -30,18 +31,26 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	geo := partition.NewGeometry(partition.Catalogue())
 	var cgpus []configs.GPU // nil: no node, check every known model
 	against := "every GPU model in carve's catalogue"
-	if *gpus != "" {
-		n, closeFn, err := openNode(*gpus, "")
+	if *gpuSpec != "" {
+		n, closeFn, err := openNode(*gpuSpec, gpus.Options{})
 		if err != nil {
 			return err
 		}
 		defer closeFn()
 		geo, cgpus, against = n.Geometry(), desired.ConfigGPUs(n), describeNode(n)
 	}
-	if err := f.Validate(geo, cgpus); err != nil {
+	unverified, err := f.Check(geo, cgpus)
+	if err != nil {
 		return reportProblems(*file, err, stdout)
 	}
-	fmt.Fprintf(stdout, "%s: valid: %s, checked against %s\n", filepath.Base(*file), summarize(f), against)
+	for _, p := range unverified {
+		fmt.Fprintf(stdout, "%s: unverified: %s\n", filepath.Base(*file), p)
+	}
+	note := ""
+	if len(unverified) > 0 {
+		note = fmt.Sprintf("; %s for GPU models not known here checked only on nodes that have them", entries(len(unverified)))
+	}
+	fmt.Fprintf(stdout, "%s: valid: %s, checked against %s%s\n", filepath.Base(*file), summarize(f), against, note)
 	return nil
 }
 
@@ -100,4 +109,12 @@ func describeNode(n partition.Node) string {
 		parts[i] = fmt.Sprintf("%dx %s", counts[p], p)
 	}
 	return strings.Join(parts, " + ")
+}
+
+// entries says "1 entry" or "n entries".
+func entries(n int) string {
+	if n == 1 {
+		return "1 entry"
+	}
+	return fmt.Sprintf("%d entries", n)
 }
