@@ -56,8 +56,8 @@ func Labels(in LabelInput) map[string]string {
 	if len(in.GPUs) == 0 || in.Options.CarveOnly {
 		return out
 	}
-	out.gpus(in.GPUs)
-	out.sharing(in.Resources)
+	out.gpus(in.GPUs, in.Resources)
+	out.sharing(in.GPUs, in.Resources)
 	return out
 }
 
@@ -71,26 +71,53 @@ func (l labelSet) set(k, v string) {
 }
 
 // gpus sets the labels that describe the GPUs: their count, and the
-// product and memory of the first.
-func (l labelSet) gpus(gpus []partition.GPU) {
+// product and memory of the first. The product ends in "-SHARED" when
+// whole GPUs are time-sliced under nvidia.com/gpu (GFD's rule:
+// replicas above 1, not renamed).
+func (l labelSet) gpus(gpus []partition.GPU, res timeslice.Resources) {
 	first := slices.MinFunc(gpus, func(a, b partition.GPU) int { return a.Index - b.Index })
 	l.set(carvev1.LabelGPUCount, strconv.Itoa(len(gpus)))
-	l.set(carvev1.LabelGPUProduct, first.Product)
+	l.set(carvev1.LabelGPUProduct, carvev1.ProductLabel(first.Product, "", sharedUnrenamed(res, "")))
 	l.set(carvev1.LabelGPUMemory, strconv.FormatUint(first.MemoryMiB, 10))
 	capable := slices.ContainsFunc(gpus, func(g partition.GPU) bool { return g.MIGCapable })
 	l.set(carvev1.LabelMIGCapable, strconv.FormatBool(capable))
 	l.set(carvev1.LabelMIGStrategy, carvev1.MIGStrategyMixed)
 }
 
+// sharedUnrenamed reports whether the devices of a MIG profile ("" for
+// whole GPUs) are time-sliced under the resource's own name: what makes
+// GPU feature discovery add "-SHARED" to the product label. Replicas
+// advertised under a renamed resource (renameShared) do not count.
+func sharedUnrenamed(res timeslice.Resources, migProfile string) bool {
+	return slices.ContainsFunc(res[carvev1.ResourceName(migProfile, false)], func(d timeslice.Device) bool {
+		return d.MIGProfile == migProfile && d.Replicas > 1
+	})
+}
+
 // migInfo is what the per-MIG-profile labels say of one profile.
 type migInfo struct {
 	count, replicas int
 	memMiB          uint64
+	// gpu is the lowest index of a GPU with a device of the profile, and
+	// instance that device's instance, whose figures the labels give.
+	gpu      int
+	instance *partition.Instance
 }
 
 // sharing sets the labels that describe the advertised devices: replicas
-// of whole GPUs, the sharing strategy, and per MIG profile its devices.
-func (l labelSet) sharing(res timeslice.Resources) {
+// of whole GPUs, the sharing strategy, and per MIG profile its devices,
+// with the figures GPU feature discovery gives each profile.
+func (l labelSet) sharing(gpus []partition.GPU, res timeslice.Resources) {
+	instances := map[string]*partition.Instance{} // by MIG device UUID
+	products := map[int]string{}                  // by GPU index
+	for gi := range gpus {
+		products[gpus[gi].Index] = gpus[gi].Product
+		for ii := range gpus[gi].Instances {
+			if in := &gpus[gi].Instances[ii]; in.Complete() {
+				instances[in.UUID()] = in
+			}
+		}
+	}
 	gpuReplicas, shared := 1, false
 	migs := map[string]*migInfo{}
 	for _, devs := range res {
@@ -102,7 +129,7 @@ func (l labelSet) sharing(res timeslice.Resources) {
 			}
 			mi := migs[d.MIGProfile]
 			if mi == nil {
-				mi = &migInfo{replicas: 1}
+				mi = &migInfo{replicas: 1, gpu: d.GPU}
 				migs[d.MIGProfile] = mi
 			}
 			if d.Replica <= 0 {
@@ -110,19 +137,52 @@ func (l labelSet) sharing(res timeslice.Resources) {
 			}
 			mi.replicas = max(mi.replicas, d.Replicas)
 			mi.memMiB = max(mi.memMiB, d.MemoryMiB)
+			if in := instances[d.UUID]; in != nil && (mi.instance == nil || d.GPU < mi.gpu) {
+				mi.gpu, mi.instance = d.GPU, in
+			}
 		}
 	}
 	l.set(carvev1.LabelGPUReplicas, strconv.Itoa(gpuReplicas))
-	strategy := carvev1.SharingNone
-	if shared {
-		strategy = carvev1.SharingTimeSlicing
-	}
-	l.set(carvev1.LabelSharingStrategy, strategy)
+	l.set(carvev1.LabelSharingStrategy, sharingStrategy(shared))
 	for profile, mi := range migs {
-		l.set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelCount), strconv.Itoa(mi.count))
-		l.set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelReplicas), strconv.Itoa(mi.replicas))
-		l.set(carvev1.MIGLabelKey(profile, carvev1.MIGLabelMemory), strconv.FormatUint(mi.memMiB, 10))
+		key := func(suffix string) string { return carvev1.MIGLabelKey(profile, suffix) }
+		l.set(key(carvev1.MIGLabelCount), strconv.Itoa(mi.count))
+		l.set(key(carvev1.MIGLabelReplicas), strconv.Itoa(mi.replicas))
+		l.set(key(carvev1.MIGLabelMemory), strconv.FormatUint(mi.memMiB, 10))
+		l.set(key(carvev1.MIGLabelSharingStrategy), sharingStrategy(mi.replicas > 1))
+		l.set(key(carvev1.MIGLabelProduct), carvev1.ProductLabel(products[mi.gpu], profile, sharedUnrenamed(res, profile)))
+		if in := mi.instance; in != nil {
+			l.migInstance(profile, *in)
+		}
 	}
+}
+
+// migInstance sets the labels that give a MIG profile's slices,
+// multiprocessors and engines, from one of its instances; the
+// multiprocessors and engines only where its profile's are known.
+func (l labelSet) migInstance(profile string, in partition.Instance) {
+	key := func(suffix string) string { return carvev1.MIGLabelKey(profile, suffix) }
+	l.set(key(carvev1.MIGLabelSlicesGI), strconv.Itoa(in.ComputeSlices))
+	l.set(key(carvev1.MIGLabelSlicesCI), strconv.Itoa(in.CIs[0].ComputeSlices))
+	e := in.Engines
+	if e.Multiprocessors == 0 {
+		return
+	}
+	for suffix, n := range map[string]int{
+		carvev1.MIGLabelMultiprocessors: e.Multiprocessors, carvev1.MIGLabelCopyEngines: e.CopyEngines,
+		carvev1.MIGLabelDecoders: e.Decoders, carvev1.MIGLabelEncoders: e.Encoders,
+		carvev1.MIGLabelJPEGs: e.JPEGs, carvev1.MIGLabelOFAs: e.OFAs,
+	} {
+		l.set(key(suffix), strconv.Itoa(n))
+	}
+}
+
+// sharingStrategy is the value of a sharing-strategy label.
+func sharingStrategy(shared bool) string {
+	if shared {
+		return carvev1.SharingTimeSlicing
+	}
+	return carvev1.SharingNone
 }
 
 // MetadataPatch returns a JSON merge patch for a Node's metadata that sets

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -57,7 +60,7 @@ func TestLabels(t *testing.T) {
 			},
 			want: map[string]string{
 				carvev1.LabelApplied: "shared-4", carvev1.LabelSource: "window", carvev1.LabelWindow: "nightly", carvev1.LabelState: "success",
-				carvev1.LabelGPUCount: "2", carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", carvev1.LabelGPUMemory: "81559",
+				carvev1.LabelGPUCount: "2", carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3-SHARED", carvev1.LabelGPUMemory: "81559",
 				carvev1.LabelGPUReplicas: "4", carvev1.LabelSharingStrategy: "time-slicing",
 				carvev1.LabelMIGCapable: "true", carvev1.LabelMIGStrategy: "mixed",
 			},
@@ -76,9 +79,14 @@ func TestLabels(t *testing.T) {
 				carvev1.LabelGPUReplicas: "1", carvev1.LabelSharingStrategy: "time-slicing",
 				carvev1.LabelMIGCapable: "true", carvev1.LabelMIGStrategy: "mixed",
 				"nvidia.com/mig-1g.10gb.count": "2", "nvidia.com/mig-1g.10gb.replicas": "2", "nvidia.com/mig-1g.10gb.memory": "9984",
+				"nvidia.com/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED", "nvidia.com/mig-1g.10gb.sharing-strategy": "time-slicing",
+				"nvidia.com/mig-1g.10gb.slices.gi": "1", "nvidia.com/mig-1g.10gb.slices.ci": "1",
 				"nvidia.com/mig-3g.40gb.count": "1", "nvidia.com/mig-3g.40gb.replicas": "1", "nvidia.com/mig-3g.40gb.memory": "40448",
+				"nvidia.com/mig-3g.40gb.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", "nvidia.com/mig-3g.40gb.sharing-strategy": "none",
+				"nvidia.com/mig-3g.40gb.slices.gi": "3", "nvidia.com/mig-3g.40gb.slices.ci": "3",
+				// No multiprocessors nor engines: the instances do not
+				// know their profiles' figures.
 			},
-			wantNot: []string{carvev1.LabelWindow, "nvidia.com/mig-1g.10gb.me.count"},
 		},
 		{
 			name: "GPU without MIG, nothing applied",
@@ -134,6 +142,146 @@ func TestLabels(t *testing.T) {
 			for k := range got {
 				if !carvev1.MayWrite(k) {
 					t.Errorf("label %s is not one carve may write", k)
+				}
+			}
+		})
+	}
+}
+
+// withEngines gives an instance its profile's SMs and engines from the
+// catalogue's H100 80GB, as NVML reports them.
+func withEngines(t *testing.T, in partition.Instance) partition.Instance {
+	t.Helper()
+	m, _ := partition.LookupModel("H100-80GB")
+	p, ok := m.Profile(in.Profile)
+	if !ok {
+		t.Fatalf("no %s on the H100", in.Profile)
+	}
+	in.Engines = p.Engines
+	return in
+}
+
+// TestLabelsGFDParity: where carve writes GPU feature discovery's keys,
+// it writes GFD's values: the product gets "-SHARED" when the resource is
+// time-sliced under its own name, and every MIG profile its product,
+// sharing strategy, slices, multiprocessors and engines.
+func TestLabelsGFDParity(t *testing.T) {
+	whole := []partition.GPU{h100(0, "GPU-a"), h100(1, "GPU-b")}
+	migGPU := h100(0, "GPU-a")
+	migGPU.MIGMode, migGPU.PendingMIGMode = partition.MIGEnabled, partition.MIGEnabled
+	migGPU.Instances = []partition.Instance{
+		withEngines(t, migInstance(1, 0, 1, "1g.10gb", "MIG-1", 1, 9984)),
+		withEngines(t, migInstance(2, 1, 1, "1g.10gb+me", "MIG-2", 1, 9984)),
+		withEngines(t, migInstance(3, 4, 4, "3g.40gb", "MIG-3", 3, 40448)),
+	}
+	mixed := []partition.GPU{migGPU, h100(1, "GPU-b")}
+	gpuKeys := []string{carvev1.LabelGPUProduct, carvev1.LabelGPUReplicas, carvev1.LabelSharingStrategy}
+	// mig lists the labels GFD writes for one MIG profile of migGPU.
+	mig := func(profile, product, replicas, strategy, cs, sms, ce, dec, jpeg, ofa string) map[string]string {
+		k := func(suffix string) string { return carvev1.MIGLabelKey(profile, suffix) }
+		return map[string]string{
+			k(".count"): "1", k(".replicas"): replicas, k(".sharing-strategy"): strategy, k(".product"): product,
+			k(".memory"):    map[string]string{"1": "9984", "3": "40448"}[cs],
+			k(".slices.gi"): cs, k(".slices.ci"): cs, k(".multiprocessors"): sms,
+			k(".engines.copy"): ce, k(".engines.decoder"): dec, k(".engines.encoder"): "0", k(".engines.jpeg"): jpeg, k(".engines.ofa"): ofa,
+		}
+	}
+	merge := func(ms ...map[string]string) map[string]string {
+		out := map[string]string{}
+		for _, m := range ms {
+			maps.Copy(out, m)
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		gpus    []partition.GPU
+		sharing map[int]timeslice.Sharing
+		want    map[string]string
+	}{
+		{
+			name: "whole GPUs not shared",
+			gpus: whole,
+			want: map[string]string{carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", carvev1.LabelGPUReplicas: "1", carvev1.LabelSharingStrategy: "none"},
+		},
+		{
+			name:    "whole GPUs shared",
+			gpus:    whole,
+			sharing: map[int]timeslice.Sharing{0: {Replicas: 4}, 1: {Replicas: 4}},
+			want:    map[string]string{carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3-SHARED", carvev1.LabelGPUReplicas: "4", carvev1.LabelSharingStrategy: "time-slicing"},
+		},
+		{
+			name:    "whole GPUs shared and renamed",
+			gpus:    whole,
+			sharing: map[int]timeslice.Sharing{0: {Replicas: 4, RenameShared: true}, 1: {Replicas: 4, RenameShared: true}},
+			want:    map[string]string{carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", carvev1.LabelGPUReplicas: "4", carvev1.LabelSharingStrategy: "time-slicing"},
+		},
+		{
+			name:    "one whole GPU shared under nvidia.com/gpu, one renamed",
+			gpus:    whole,
+			sharing: map[int]timeslice.Sharing{0: {Replicas: 2, RenameShared: true}, 1: {Replicas: 3}},
+			want:    map[string]string{carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3-SHARED", carvev1.LabelGPUReplicas: "3", carvev1.LabelSharingStrategy: "time-slicing"},
+		},
+		{
+			name: "MIG profiles not shared, beside a whole GPU",
+			gpus: mixed,
+			want: merge(
+				map[string]string{carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", carvev1.LabelGPUReplicas: "1", carvev1.LabelSharingStrategy: "none"},
+				mig("1g.10gb", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "1", "none", "1", "16", "1", "1", "1", "0"),
+				mig("1g.10gb+me", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me", "1", "none", "1", "16", "1", "1", "1", "1"),
+				mig("3g.40gb", "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", "1", "none", "3", "60", "3", "3", "3", "0"),
+			),
+		},
+		{
+			name: "MIG profiles shared by name, the whole GPU not shared",
+			gpus: mixed,
+			sharing: map[int]timeslice.Sharing{
+				0: {MIGReplicas: map[string]int{"1g.10gb": 2, "3g.40gb": 4}},
+				1: {Replicas: 1},
+			},
+			want: merge(
+				map[string]string{carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", carvev1.LabelGPUReplicas: "1", carvev1.LabelSharingStrategy: "time-slicing"},
+				mig("1g.10gb", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED", "2", "time-slicing", "1", "16", "1", "1", "1", "0"),
+				mig("1g.10gb+me", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me", "1", "none", "1", "16", "1", "1", "1", "1"),
+				mig("3g.40gb", "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb-SHARED", "4", "time-slicing", "3", "60", "3", "3", "3", "0"),
+			),
+		},
+		{
+			name:    "MIG profiles shared and renamed, the whole GPU shared by name",
+			gpus:    mixed,
+			sharing: map[int]timeslice.Sharing{0: {Replicas: 2, RenameShared: true}, 1: {Replicas: 2}},
+			want: merge(
+				map[string]string{carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3-SHARED", carvev1.LabelGPUReplicas: "2", carvev1.LabelSharingStrategy: "time-slicing"},
+				mig("1g.10gb", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "2", "time-slicing", "1", "16", "1", "1", "1", "0"),
+				mig("1g.10gb+me", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me", "2", "time-slicing", "1", "16", "1", "1", "1", "1"),
+				mig("3g.40gb", "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", "2", "time-slicing", "3", "60", "3", "3", "3", "0"),
+			),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := timeslice.Expand(tt.gpus, tt.sharing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := Labels(LabelInput{State: carvev1.StateSuccess, GPUs: tt.gpus, Resources: res})
+			got := map[string]string{}
+			for k, v := range all {
+				if slices.Contains(gpuKeys, k) || strings.HasPrefix(k, carvev1.MIGResourcePrefix) {
+					got[k] = v
+				}
+				if !carvev1.MayWrite(k) {
+					t.Errorf("label %s is not one carve may write", k)
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("GFD labels (-want +got):\n%s", diff)
+			}
+			// With --gfd-labels=false none of them is written.
+			carveOnly := Labels(LabelInput{State: carvev1.StateSuccess, GPUs: tt.gpus, Resources: res, Options: LabelOptions{CarveOnly: true}})
+			for k := range carveOnly {
+				if !strings.HasPrefix(k, carvev1.CarvePrefix) {
+					t.Errorf("CarveOnly wrote %s", k)
 				}
 			}
 		})

@@ -45,21 +45,61 @@ type eightSlice struct {
 	// gb holds the memory part of each profile name in the order 1g,
 	// 1g (two slices), 2g, 3g, 4g, 7g.
 	gb [6]int
+	// eng holds the multiprocessors and engines of each profile in the
+	// order 1g, 1g+me, 1g (two slices), 2g, 3g, 4g, 7g.
+	eng *[7]Engines
 }
+
+// eng builds an Engines from the columns of nvidia-smi mig -lgip, in
+// this order: SM, CE, DEC, ENC, JPEG, OFA.
+func eng(sm, ce, dec, enc, jpeg, ofa int) Engines {
+	return Engines{Multiprocessors: sm, CopyEngines: ce, Decoders: dec, Encoders: enc, JPEGs: jpeg, OFAs: ofa}
+}
+
+// Multiprocessors and engines per eight-slice profile, by GPU family, in
+// the order of eightSlice.eng. docs/hardware.md says where each figure
+// comes from and which are derived.
+var (
+	// ampereEngines: the A100 (40 and 80 GB).
+	ampereEngines = [7]Engines{
+		eng(14, 1, 0, 0, 0, 0), eng(14, 1, 1, 0, 1, 1), eng(14, 1, 1, 0, 0, 0),
+		eng(28, 2, 1, 0, 0, 0), eng(42, 3, 2, 0, 0, 0), eng(56, 4, 2, 0, 0, 0), eng(98, 7, 5, 0, 1, 1),
+	}
+	// hopperEngines: the GH100 with 132 SMs (H100 SXM and NVL, GH200,
+	// H200).
+	hopperEngines = [7]Engines{
+		eng(16, 1, 1, 0, 1, 0), eng(16, 1, 1, 0, 1, 1), eng(26, 1, 1, 0, 1, 0),
+		eng(32, 2, 2, 0, 2, 0), eng(60, 3, 3, 0, 3, 0), eng(64, 4, 4, 0, 4, 0), eng(132, 8, 7, 0, 7, 1),
+	}
+	// b200Engines: the B200, and the B300 (derived from it).
+	b200Engines = [7]Engines{
+		eng(18, 2, 1, 0, 1, 0), eng(18, 2, 1, 0, 1, 1), eng(30, 2, 1, 0, 1, 0),
+		eng(36, 4, 2, 0, 2, 0), eng(66, 6, 3, 0, 3, 0), eng(72, 8, 4, 0, 4, 0), eng(148, 16, 7, 0, 7, 1),
+	}
+	// gb200Engines: the GB200, and the GB300 (derived from it).
+	gb200Engines = [7]Engines{
+		eng(18, 2, 1, 0, 1, 0), eng(18, 2, 1, 0, 1, 1), eng(32, 2, 1, 0, 1, 0),
+		eng(38, 4, 2, 0, 2, 0), eng(70, 6, 3, 0, 3, 0), eng(76, 8, 4, 0, 4, 0), eng(156, 16, 7, 0, 7, 1),
+	}
+)
 
 func (s eightSlice) model() Model {
 	name := func(c, g int) string { return fmt.Sprintf("%dg.%dgb", c, g) }
+	var e [7]Engines
+	if s.eng != nil {
+		e = *s.eng
+	}
 	return Model{
 		Key: s.key, Product: s.product, OtherProducts: s.others, PCIDeviceIDs: s.pci,
 		MemoryMiB: s.memMiB, MemorySlices: 8, ComputeSlices: 7,
 		Profiles: []GIProfile{
-			{ID: profile1Slice, Name: name(1, s.gb[0]), ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 7, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
-			{ID: profile1SliceRev1, Name: name(1, s.gb[0]) + VariantMediaExtensions, ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 1, MediaExtensions: true, Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
-			{ID: profile1SliceRev2, Name: name(1, s.gb[1]), ComputeSlices: 1, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 4, Placements: placements(2, 0, 2, 4, 6)},
-			{ID: profile2Slice, Name: name(2, s.gb[2]), ComputeSlices: 2, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 3, Placements: placements(2, 0, 2, 4)},
-			{ID: profile3Slice, Name: name(3, s.gb[3]), ComputeSlices: 3, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 2, Placements: placements(4, 0, 4)},
-			{ID: profile4Slice, Name: name(4, s.gb[4]), ComputeSlices: 4, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 1, Placements: placements(4, 0)},
-			{ID: profile7Slice, Name: name(7, s.gb[5]), ComputeSlices: 7, MemorySlices: 8, MemoryMiB: s.mem[3], MaxCount: 1, Placements: placements(8, 0)},
+			{ID: profile1Slice, Name: name(1, s.gb[0]), ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 7, Engines: e[0], Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: profile1SliceRev1, Name: name(1, s.gb[0]) + VariantMediaExtensions, ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 1, MediaExtensions: true, Engines: e[1], Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: profile1SliceRev2, Name: name(1, s.gb[1]), ComputeSlices: 1, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 4, Engines: e[2], Placements: placements(2, 0, 2, 4, 6)},
+			{ID: profile2Slice, Name: name(2, s.gb[2]), ComputeSlices: 2, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 3, Engines: e[3], Placements: placements(2, 0, 2, 4)},
+			{ID: profile3Slice, Name: name(3, s.gb[3]), ComputeSlices: 3, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 2, Engines: e[4], Placements: placements(4, 0, 4)},
+			{ID: profile4Slice, Name: name(4, s.gb[4]), ComputeSlices: 4, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 1, Engines: e[5], Placements: placements(4, 0)},
+			{ID: profile7Slice, Name: name(7, s.gb[5]), ComputeSlices: 7, MemorySlices: 8, MemoryMiB: s.mem[3], MaxCount: 1, Engines: e[6], Placements: placements(8, 0)},
 		},
 	}
 }
@@ -70,38 +110,38 @@ func eightSliceModels() []eightSlice {
 	return []eightSlice{
 		{key: "A100-40GB", product: "NVIDIA A100-SXM4-40GB", others: []string{"NVIDIA A100-PCIE-40GB"},
 			pci: []uint32{0x20B010DE, 0x20B110DE, 0x20F110DE, 0x20F610DE}, memMiB: 40960,
-			mem: [4]uint64{4864, 9984, 20096, 40448}, gb: [6]int{5, 10, 10, 20, 20, 40}},
+			mem: [4]uint64{4864, 9984, 20096, 40448}, gb: [6]int{5, 10, 10, 20, 20, 40}, eng: &ampereEngines},
 		{key: "A100-80GB", product: "NVIDIA A100-SXM4-80GB", others: []string{"NVIDIA A100 80GB PCIe"},
 			pci: []uint32{0x20B210DE, 0x20B510DE, 0x20F310DE, 0x20F510DE}, memMiB: 81920,
-			mem: [4]uint64{9728, 19968, 40192, 81152}, gb: [6]int{10, 20, 20, 40, 40, 80}},
+			mem: [4]uint64{9728, 19968, 40192, 81152}, gb: [6]int{10, 20, 20, 40, 40, 80}, eng: &ampereEngines},
 		// Measured through NVML on an H100 80GB HBM3.
 		{key: "H100-80GB", product: "NVIDIA H100 80GB HBM3", others: []string{"NVIDIA H100 PCIe", "NVIDIA H800", "NVIDIA H800 PCIe"},
 			pci: []uint32{0x233010DE, 0x233110DE, 0x232210DE, 0x232410DE}, memMiB: 81559,
-			mem: [4]uint64{9984, 20096, 40448, 81152}, gb: [6]int{10, 20, 20, 40, 40, 80}},
+			mem: [4]uint64{9984, 20096, 40448, 81152}, gb: [6]int{10, 20, 20, 40, 40, 80}, eng: &hopperEngines},
 		{key: "H100-94GB", product: "NVIDIA H100 NVL", others: []string{"NVIDIA H800 NVL"},
 			pci: []uint32{0x232110DE, 0x233A10DE}, memMiB: 95830,
-			mem: [4]uint64{11008, 22144, 47488, 95360}, gb: [6]int{12, 24, 24, 47, 47, 94}},
+			mem: [4]uint64{11008, 22144, 47488, 95360}, gb: [6]int{12, 24, 24, 47, 47, 94}, eng: &hopperEngines},
 		{key: "H100-96GB", product: "NVIDIA GH200 480GB", others: []string{"NVIDIA GH200 120GB", "NVIDIA H20"},
 			pci: []uint32{0x233D10DE, 0x234210DE, 0x232910DE, 0x20B610DE}, memMiB: 97871,
-			mem: [4]uint64{11904, 24064, 48384, 97408}, gb: [6]int{12, 24, 24, 48, 48, 96}},
+			mem: [4]uint64{11904, 24064, 48384, 97408}, gb: [6]int{12, 24, 24, 48, 48, 96}, eng: &hopperEngines},
 		{key: "H200-141GB", product: "NVIDIA H200", others: []string{"NVIDIA H200 NVL"},
 			pci: []uint32{0x233510DE, 0x233B10DE}, memMiB: 143771,
-			mem: [4]uint64{16384, 33280, 71424, 143360}, gb: [6]int{18, 35, 35, 71, 71, 141}},
+			mem: [4]uint64{16384, 33280, 71424, 143360}, gb: [6]int{18, 35, 35, 71, 71, 141}, eng: &hopperEngines},
 		{key: "GH200-144GB", product: "NVIDIA GH200 144G HBM3e",
 			pci: []uint32{0x234810DE}, memMiB: 146831,
-			mem: [4]uint64{18048, 36352, 72960, 146432}, gb: [6]int{18, 36, 36, 72, 72, 144}},
+			mem: [4]uint64{18048, 36352, 72960, 146432}, gb: [6]int{18, 36, 36, 72, 72, 144}, eng: &hopperEngines},
 		{key: "B200-180GB", product: "NVIDIA B200",
 			pci: []uint32{0x290110DE}, memMiB: 183359,
-			mem: [4]uint64{22528, 45440, 91136, 182912}, gb: [6]int{23, 45, 45, 90, 90, 180}},
+			mem: [4]uint64{22528, 45440, 91136, 182912}, gb: [6]int{23, 45, 45, 90, 90, 180}, eng: &b200Engines},
 		{key: "GB200-186GB", product: "NVIDIA GB200",
 			pci: []uint32{0x294110DE}, memMiB: 189471,
-			mem: [4]uint64{23296, 46976, 94208, 189056}, gb: [6]int{23, 47, 47, 93, 93, 186}},
+			mem: [4]uint64{23296, 46976, 94208, 189056}, gb: [6]int{23, 47, 47, 93, 93, 186}, eng: &gb200Engines},
 		{key: "B300-288GB", product: "NVIDIA B300 SXM6 AC",
 			pci: []uint32{0x318210DE}, memMiB: 275040,
-			mem: [4]uint64{34048, 68352, 136960, 274560}, gb: [6]int{34, 67, 67, 135, 135, 269}},
+			mem: [4]uint64{34048, 68352, 136960, 274560}, gb: [6]int{34, 67, 67, 135, 135, 269}, eng: &b200Engines},
 		{key: "GB300-288GB", product: "NVIDIA GB300",
 			pci: []uint32{0x31C210DE}, memMiB: 284208,
-			mem: [4]uint64{35200, 70656, 141568, 283776}, gb: [6]int{35, 70, 70, 139, 139, 278}},
+			mem: [4]uint64{35200, 70656, 141568, 283776}, gb: [6]int{35, 70, 70, 139, 139, 278}, eng: &gb200Engines},
 	}
 }
 
@@ -111,11 +151,11 @@ func a30() Model {
 		Key: "A30-24GB", Product: "NVIDIA A30", PCIDeviceIDs: []uint32{0x20B710DE},
 		MemoryMiB: 24576, MemorySlices: 4, ComputeSlices: 4,
 		Profiles: []GIProfile{
-			{ID: profile1Slice, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 4, Placements: placements(1, 0, 1, 2, 3)},
-			{ID: profile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 1, MediaExtensions: true, Placements: placements(1, 0, 1, 2, 3)},
-			{ID: profile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 2, Placements: placements(2, 0, 2)},
-			{ID: profile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 1, MediaExtensions: true, Placements: placements(2, 0, 2)},
-			{ID: profile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 24320, MaxCount: 1, Placements: placements(4, 0)},
+			{ID: profile1Slice, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 4, Engines: eng(14, 1, 0, 0, 0, 0), Placements: placements(1, 0, 1, 2, 3)},
+			{ID: profile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 1, MediaExtensions: true, Engines: eng(14, 1, 1, 0, 1, 1), Placements: placements(1, 0, 1, 2, 3)},
+			{ID: profile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 2, Engines: eng(28, 2, 2, 0, 0, 0), Placements: placements(2, 0, 2)},
+			{ID: profile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 1, MediaExtensions: true, Engines: eng(28, 2, 2, 0, 1, 1), Placements: placements(2, 0, 2)},
+			{ID: profile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 24320, MaxCount: 1, Engines: eng(56, 4, 4, 0, 1, 1), Placements: placements(4, 0)},
 		},
 	}
 }
@@ -126,16 +166,34 @@ func a30() Model {
 // ones NVML reports (1g: 24192 MiB; 2g and 4g from nvidia-smi's GiB).
 func rtxPro6000() Model {
 	const mem1, mem2, mem4 = 24192, 48512, 97408
+	// media gives a variant its share of the media engines: n decoders,
+	// encoders and JPEG decoders, an OFA with the media extensions, all
+	// four of each with +me.all, none with -me.
+	media := func(e Engines, variant string, n int) Engines {
+		switch variant {
+		case VariantNoMedia:
+			n = 0
+		case VariantAllMedia:
+			n, e.OFAs = 4, 1
+		case VariantMediaExtensions:
+			e.OFAs = 1
+		}
+		e.Decoders, e.Encoders, e.JPEGs = n, n, n
+		return e
+	}
 	quarter := func(id int, variant string, maxCount int) GIProfile {
 		return GIProfile{ID: id, Name: "1g.24gb" + variant, ComputeSlices: 1, MemorySlices: 3, MemoryMiB: mem1, MaxCount: maxCount,
-			MediaExtensions: variant == VariantMediaExtensions || variant == VariantAllMedia, Placements: placements(3, 0, 3, 6, 9)}
+			MediaExtensions: variant == VariantMediaExtensions || variant == VariantAllMedia,
+			Engines:         media(Engines{Multiprocessors: 46, CopyEngines: 1}, variant, 1), Placements: placements(3, 0, 3, 6, 9)}
 	}
 	half := func(id int, variant string, maxCount int) GIProfile {
 		return GIProfile{ID: id, Name: "2g.48gb" + variant, ComputeSlices: 2, MemorySlices: 6, MemoryMiB: mem2, MaxCount: maxCount,
-			MediaExtensions: variant == VariantAllMedia, Placements: placements(6, 0, 6)}
+			MediaExtensions: variant == VariantAllMedia,
+			Engines:         media(Engines{Multiprocessors: 94, CopyEngines: 2}, variant, 2), Placements: placements(6, 0, 6)}
 	}
 	whole := func(id int, variant string) GIProfile {
-		return GIProfile{ID: id, Name: "4g.96gb" + variant, ComputeSlices: 4, MemorySlices: 12, MemoryMiB: mem4, MaxCount: 1, Placements: placements(12, 0)}
+		return GIProfile{ID: id, Name: "4g.96gb" + variant, ComputeSlices: 4, MemorySlices: 12, MemoryMiB: mem4, MaxCount: 1,
+			Engines: eng(188, 4, 4, 4, 4, 1), Placements: placements(12, 0)}
 	}
 	return Model{
 		Key: "RTX-PRO-6000-96GB", Product: "NVIDIA RTX PRO 6000 Blackwell Server Edition",

@@ -460,3 +460,81 @@ func TestLessProfileVariants(t *testing.T) {
 		t.Errorf("sorted %v, want %v", got, want)
 	}
 }
+
+// Every profile of the catalogue carries its SMs and engines, and they
+// agree with each other the way NVML's figures do on the GPUs that have
+// been listed (docs/hardware.md).
+func TestCatalogueEngines(t *testing.T) {
+	for _, m := range Catalogue() {
+		t.Run(m.Key, func(t *testing.T) {
+			var smallest, whole GIProfile
+			for _, p := range m.Profiles {
+				if smallest.Multiprocessors == 0 || p.Multiprocessors < smallest.Multiprocessors {
+					smallest = p
+				}
+				if p.ComputeSlices == m.ComputeSlices {
+					whole = p
+				}
+			}
+			if smallest.ComputeSlices != 1 || whole.Multiprocessors == 0 {
+				t.Fatalf("smallest SMs in %s, whole GPU %+v", smallest.Name, whole)
+			}
+			for _, p := range m.Profiles {
+				e := p.Engines
+				for name, n := range map[string]int{"SMs": e.Multiprocessors, "copy engines": e.CopyEngines, "decoders": e.Decoders,
+					"encoders": e.Encoders, "JPEG decoders": e.JPEGs, "OFAs": e.OFAs} {
+					if n < 0 {
+						t.Errorf("%s: %d %s", p.Name, n, name)
+					}
+					if n > 0 && name != "SMs" && name != "copy engines" && n > max(whole.Decoders, whole.Encoders, whole.JPEGs, whole.OFAs) {
+						t.Errorf("%s: %d %s, more than the whole GPU's media engines", p.Name, n, name)
+					}
+				}
+				// SMs grow with compute slices: at least the smallest
+				// instance's per slice, at most the whole GPU's.
+				if e.Multiprocessors < p.ComputeSlices*smallest.Multiprocessors || e.Multiprocessors > whole.Multiprocessors {
+					t.Errorf("%s: %d SMs for %d compute slices, want %d..%d", p.Name, e.Multiprocessors, p.ComputeSlices,
+						p.ComputeSlices*smallest.Multiprocessors, whole.Multiprocessors)
+				}
+				if e.CopyEngines < 1 || e.CopyEngines > whole.CopyEngines {
+					t.Errorf("%s: %d copy engines, want 1..%d", p.Name, e.CopyEngines, whole.CopyEngines)
+				}
+				for _, q := range m.Profiles {
+					if q.ComputeSlices < p.ComputeSlices && q.Multiprocessors >= e.Multiprocessors {
+						t.Errorf("%s (%d SMs) has no more SMs than the smaller %s (%d)", p.Name, e.Multiprocessors, q.Name, q.Multiprocessors)
+					}
+				}
+				size, variant := SplitProfileName(p.Name)
+				plain, ok := m.Profile(size)
+				if !ok {
+					t.Fatalf("%s: no plain %s", p.Name, size)
+				}
+				if e.Multiprocessors != plain.Multiprocessors || e.CopyEngines != plain.CopyEngines {
+					t.Errorf("%s: %d SMs and %d copy engines, unlike %s's %d and %d", p.Name, e.Multiprocessors, e.CopyEngines,
+						size, plain.Multiprocessors, plain.CopyEngines)
+				}
+				media := e.Decoders + e.Encoders + e.JPEGs + e.OFAs
+				switch variant {
+				case VariantMediaExtensions, VariantAllMedia:
+					// The media extensions bring the optical flow
+					// accelerator and a JPEG decoder, and keep the
+					// decoders and encoders of the plain profile.
+					if e.OFAs < 1 || e.JPEGs < 1 || e.Decoders < plain.Decoders || e.Encoders < plain.Encoders {
+						t.Errorf("%s: media engines %+v, want an OFA, a JPEG decoder and at least %s's", p.Name, e, size)
+					}
+				case VariantNoMedia:
+					if media != 0 {
+						t.Errorf("%s: media engines %+v, want none", p.Name, e)
+					}
+				case "", VariantGraphics:
+					if p.ComputeSlices < m.ComputeSlices && e.OFAs != 0 {
+						t.Errorf("%s: %d OFAs; only the media extensions and the whole GPU have one", p.Name, e.OFAs)
+					}
+					if variant == VariantGraphics && e != plain.Engines {
+						t.Errorf("%s: engines %+v, want %s's %+v", p.Name, e, size, plain.Engines)
+					}
+				}
+			}
+		})
+	}
+}

@@ -61,8 +61,32 @@ type GIProfile struct {
 	// media extensions: "+me" and "+me.all" (all media engines). A GPU holds
 	// at most one such instance in all.
 	MediaExtensions bool `json:"mediaExtensions,omitempty"`
+	// Engines are what one instance gets besides memory: streaming
+	// multiprocessors, copy and media engines. Zero where unknown.
+	Engines
 	// Placements lists the valid placements, in start order.
 	Placements []Placement `json:"placements"`
+}
+
+// Engines counts what a GPU instance of a profile holds besides memory, as
+// NVML's GPU instance profile info reports it (multiprocessorCount,
+// copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount). A
+// compute instance that fills its GPU instance, as carve makes them, has
+// the same figures, which is what GPU feature discovery labels per MIG
+// profile (nvidia.com/mig-<profile>.multiprocessors, .engines.*).
+type Engines struct {
+	// Multiprocessors is the number of streaming multiprocessors (SMs).
+	Multiprocessors int `json:"multiprocessors,omitempty"`
+	// CopyEngines is the number of copy engines.
+	CopyEngines int `json:"copyEngines,omitempty"`
+	// Decoders is the number of video decoders (NVDEC).
+	Decoders int `json:"decoders,omitempty"`
+	// Encoders is the number of video encoders (NVENC).
+	Encoders int `json:"encoders,omitempty"`
+	// JPEGs is the number of JPEG decoders (NVJPG).
+	JPEGs int `json:"jpegs,omitempty"`
+	// OFAs is the number of optical flow accelerators.
+	OFAs int `json:"ofas,omitempty"`
 }
 
 // GPUInstance is an existing GPU instance on a device.

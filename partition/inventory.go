@@ -33,6 +33,9 @@ type Instance struct {
 	ComputeSlices int `json:"computeSlices"`
 	// MemoryMiB is the GPU instance's memory.
 	MemoryMiB uint64 `json:"memoryMiB"`
+	// Engines are its profile's multiprocessors and engines (zero where
+	// the profile is unknown).
+	Engines
 	// CIs are its compute instances.
 	CIs []ComputeInstance `json:"cis,omitempty"`
 }
@@ -119,7 +122,7 @@ func ReadGPU(d Device) (GPU, error) {
 	for _, gi := range gis {
 		in := Instance{GIID: gi.ID, ProfileID: gi.ProfileID, Placement: gi.Placement, Profile: fmt.Sprintf("profile-%d", gi.ProfileID)}
 		if p, ok := model.ProfileByID(gi.ProfileID); ok {
-			in.Profile, in.ComputeSlices, in.MemoryMiB = p.Name, p.ComputeSlices, p.MemoryMiB
+			in.Profile, in.ComputeSlices, in.MemoryMiB, in.Engines = p.Name, p.ComputeSlices, p.MemoryMiB, p.Engines
 		}
 		if in.CIs, err = d.ComputeInstances(gi.ID); err != nil {
 			return g, wrap(fmt.Sprintf("compute instances of GPU instance %d", gi.ID), err)

@@ -106,7 +106,7 @@ func predictGPU(g GPU, m Model, p GPUPlan) GPU {
 		prof, _ := m.ProfileByID(pi.ProfileID)
 		out.Instances = append(out.Instances, Instance{
 			GIID: pi.GIID, ProfileID: pi.ProfileID, Profile: pi.Profile, Placement: pi.Placement,
-			ComputeSlices: prof.ComputeSlices, MemoryMiB: prof.MemoryMiB,
+			ComputeSlices: prof.ComputeSlices, MemoryMiB: prof.MemoryMiB, Engines: prof.Engines,
 			CIs: []ComputeInstance{{GIID: pi.GIID, ComputeSlices: prof.ComputeSlices,
 				UUID: fmt.Sprintf("MIG-new-%d-%d", g.Index, pi.Placement.Start)}},
 		})

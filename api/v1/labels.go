@@ -25,7 +25,8 @@ const (
 	// LabelGPUCount is the number of GPUs.
 	LabelGPUCount = "nvidia.com/gpu.count"
 	// LabelGPUProduct is the product name of the first GPU, as a label
-	// value (see LabelValue).
+	// value, with "-SHARED" when whole GPUs are time-sliced under
+	// nvidia.com/gpu (see ProductLabel).
 	LabelGPUProduct = "nvidia.com/gpu.product"
 	// LabelGPUMemory is the memory of the first GPU in MiB.
 	LabelGPUMemory = "nvidia.com/gpu.memory"
@@ -47,9 +48,23 @@ const (
 	// wanted configuration from; carve-agent --profile-label can make it
 	// the label that pins a profile.
 	LabelMIGManagerConfig = "nvidia.com/mig.config"
+
+	// LabelOperandPrefix starts the labels with which NVIDIA's GPU Operator
+	// deploys its operands on a node (nvidia.com/gpu.deploy.dcgm-exporter,
+	// ...); see OperandLabel.
+	LabelOperandPrefix = "nvidia.com/gpu.deploy."
+	// OperandPaused is the value that pauses an operand for a MIG change,
+	// as the GPU Operator's MIG manager writes it: the operand's DaemonSet
+	// no longer selects the node, so its pod leaves and releases the GPUs.
+	OperandPaused = "paused-for-mig-change"
 )
 
-// Suffixes of the per-MIG-profile labels (MIGLabelKey).
+// OperandLabel returns the label that deploys a GPU Operator operand
+// ("dcgm-exporter") on a node.
+func OperandLabel(operand string) string { return LabelOperandPrefix + operand }
+
+// Suffixes of the per-MIG-profile labels (MIGLabelKey), the ones GPU
+// feature discovery writes for each MIG resource of the mixed strategy.
 const (
 	// MIGLabelCount counts the MIG devices of the profile.
 	MIGLabelCount = ".count"
@@ -57,7 +72,34 @@ const (
 	MIGLabelReplicas = ".replicas"
 	// MIGLabelMemory is the memory of one of its devices in MiB.
 	MIGLabelMemory = ".memory"
+	// MIGLabelProduct is the GPU's product, "MIG" and the profile, with
+	// "-SHARED" when time-sliced and not renamed (ProductLabel).
+	MIGLabelProduct = ".product"
+	// MIGLabelSharingStrategy is SharingTimeSlicing when its devices are
+	// time-sliced, else SharingNone.
+	MIGLabelSharingStrategy = ".sharing-strategy"
+	// MIGLabelSlicesGI is the compute slices of its GPU instance.
+	MIGLabelSlicesGI = ".slices.gi"
+	// MIGLabelSlicesCI is the compute slices of its compute instance
+	// (equal to the GPU instance's: carve's fill them).
+	MIGLabelSlicesCI = ".slices.ci"
+	// MIGLabelMultiprocessors is its streaming multiprocessors.
+	MIGLabelMultiprocessors = ".multiprocessors"
+	// MIGLabelCopyEngines is its copy engines.
+	MIGLabelCopyEngines = ".engines.copy"
+	// MIGLabelDecoders is its video decoders (NVDEC).
+	MIGLabelDecoders = ".engines.decoder"
+	// MIGLabelEncoders is its video encoders (NVENC).
+	MIGLabelEncoders = ".engines.encoder"
+	// MIGLabelJPEGs is its JPEG decoders (NVJPG).
+	MIGLabelJPEGs = ".engines.jpeg"
+	// MIGLabelOFAs is its optical flow accelerators.
+	MIGLabelOFAs = ".engines.ofa"
 )
+
+// SharedProductSuffix ends a product label whose resource is time-sliced
+// under its own name, as GPU feature discovery writes it.
+const SharedProductSuffix = "-SHARED"
 
 // Values of LabelSharingStrategy and LabelMIGStrategy.
 const (
@@ -77,6 +119,23 @@ const AnnotationRecord = "carve.dev/partition"
 // profile name written "." as in resource names (MIGName).
 func MIGLabelKey(profile, suffix string) string {
 	return vendorPrefix + MIGName(profile) + suffix
+}
+
+// ProductLabel returns the value of LabelGPUProduct (migProfile "") or of a
+// MIG profile's MIGLabelProduct, as GPU feature discovery writes them: the
+// GPU's product name, for a MIG profile followed by "MIG" and the profile
+// as in resource names ("NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"), and
+// SharedProductSuffix when shared says the resource is time-sliced
+// (replicas above 1) and keeps its name (no renameShared).
+func ProductLabel(product, migProfile string, shared bool) string {
+	v := product
+	if migProfile != "" {
+		v += " MIG " + strings.TrimPrefix(MIGName(migProfile), "mig-")
+	}
+	if v = LabelValue(v); v != "" && shared {
+		v = LabelValue(v + SharedProductSuffix)
+	}
+	return v
 }
 
 // LabelValue turns s into a valid label value the way GPU feature

@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,10 +66,66 @@ func TestNames(t *testing.T) {
 		if key != tt.countLabel {
 			t.Errorf("MIGLabelKey(%q) = %q, want %q", tt.profile, key, tt.countLabel)
 		}
-		for _, suffix := range []string{MIGLabelCount, MIGLabelReplicas, MIGLabelMemory} {
+		for _, suffix := range migLabelSuffixes {
 			if errs := validation.IsQualifiedName(MIGLabelKey(tt.profile, suffix)); len(errs) > 0 {
 				t.Errorf("label key %q is invalid: %v", MIGLabelKey(tt.profile, suffix), errs)
 			}
+		}
+	}
+}
+
+// migLabelSuffixes are the per-MIG-profile labels GPU feature discovery
+// writes (internal/lm of NVIDIA's k8s-device-plugin).
+var migLabelSuffixes = []string{
+	MIGLabelCount, MIGLabelReplicas, MIGLabelMemory, MIGLabelProduct, MIGLabelSharingStrategy,
+	MIGLabelSlicesGI, MIGLabelSlicesCI, MIGLabelMultiprocessors,
+	MIGLabelCopyEngines, MIGLabelDecoders, MIGLabelEncoders, MIGLabelJPEGs, MIGLabelOFAs,
+}
+
+func TestMIGLabelKeys(t *testing.T) {
+	var got []string
+	for _, suffix := range migLabelSuffixes {
+		got = append(got, MIGLabelKey("1g.10gb+me", suffix))
+	}
+	want := []string{
+		"nvidia.com/mig-1g.10gb.me.count", "nvidia.com/mig-1g.10gb.me.replicas", "nvidia.com/mig-1g.10gb.me.memory",
+		"nvidia.com/mig-1g.10gb.me.product", "nvidia.com/mig-1g.10gb.me.sharing-strategy",
+		"nvidia.com/mig-1g.10gb.me.slices.gi", "nvidia.com/mig-1g.10gb.me.slices.ci", "nvidia.com/mig-1g.10gb.me.multiprocessors",
+		"nvidia.com/mig-1g.10gb.me.engines.copy", "nvidia.com/mig-1g.10gb.me.engines.decoder", "nvidia.com/mig-1g.10gb.me.engines.encoder",
+		"nvidia.com/mig-1g.10gb.me.engines.jpeg", "nvidia.com/mig-1g.10gb.me.engines.ofa",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MIG label keys (-want +got):\n%s", diff)
+	}
+	rec := &NodeRecord{Labels: slices.Sorted(slices.Values(got))} // sorted, as the record keeps them
+	for _, k := range got {
+		if !MayWrite(k) || !Owns(rec, k) || Owns(&NodeRecord{}, k) {
+			t.Errorf("%s: MayWrite %v, owned with the record %v, without %v", k, MayWrite(k), Owns(rec, k), Owns(&NodeRecord{}, k))
+		}
+	}
+}
+
+func TestProductLabel(t *testing.T) {
+	tests := []struct {
+		product, profile string
+		shared           bool
+		want             string
+	}{
+		{"NVIDIA H100 80GB HBM3", "", false, "NVIDIA-H100-80GB-HBM3"},
+		{"NVIDIA H100 80GB HBM3", "", true, "NVIDIA-H100-80GB-HBM3-SHARED"},
+		{"NVIDIA H100 80GB HBM3", "1g.10gb", false, "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"},
+		{"NVIDIA H100 80GB HBM3", "1g.10gb+me", true, "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me-SHARED"},
+		{"NVIDIA RTX PRO 6000 Blackwell Server Edition", "1g.24gb-me", false, "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition-MIG-1g.24gb-me"},
+		{"NVIDIA A100-SXM4-40GB", "", false, "NVIDIA-A100-SXM4-40GB"},
+		{"", "", true, ""},
+	}
+	for _, tt := range tests {
+		got := ProductLabel(tt.product, tt.profile, tt.shared)
+		if got != tt.want {
+			t.Errorf("ProductLabel(%q, %q, %v) = %q, want %q", tt.product, tt.profile, tt.shared, got, tt.want)
+		}
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+			t.Errorf("%q is no label value: %v", got, errs)
 		}
 	}
 }

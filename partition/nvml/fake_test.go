@@ -53,19 +53,32 @@ type fakeProfile struct {
 	name   string // the V2 name
 	size   uint32
 	starts []uint32
+	eng    fakeEngines
+}
+
+// fakeEngines are a profile's SMs and engines, in nvidia-smi mig -lgip's
+// column order: SM, CE, DEC, ENC, JPEG, OFA.
+type fakeEngines [6]uint32
+
+// set copies the engines into NVML's profile info.
+func (e fakeEngines) set(info *gonvml.GpuInstanceProfileInfo) {
+	info.MultiprocessorCount, info.CopyEngineCount, info.DecoderCount = e[0], e[1], e[2]
+	info.EncoderCount, info.JpegCount, info.OfaCount = e[3], e[4], e[5]
 }
 
 // h100Profiles are an H100 80GB HBM3's profiles as NVML reported them on
-// one (driver 580): IDs, names, counts, memory sizes and placements.
+// one (driver 580): IDs, names, counts, memory sizes and placements; the
+// SMs and engines are those published nvidia-smi mig -lgip listings of
+// the GH100 show (docs/hardware.md).
 func h100Profiles() []fakeProfile {
 	return []fakeProfile{
-		{gonvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, 9984, "MIG 1g.10gb", 1, []uint32{0, 1, 2, 3, 4, 5, 6}},
-		{gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, 9984, "MIG 1g.10gb+me", 1, []uint32{0, 1, 2, 3, 4, 5, 6}},
-		{gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, 20096, "MIG 1g.20gb", 2, []uint32{0, 2, 4, 6}},
-		{gonvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, 20096, "MIG 2g.20gb", 2, []uint32{0, 2, 4}},
-		{gonvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, 40448, "MIG 3g.40gb", 4, []uint32{0, 4}},
-		{gonvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, 40448, "MIG 4g.40gb", 4, []uint32{0}},
-		{gonvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, 81152, "MIG 7g.80gb", 8, []uint32{0}},
+		{gonvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, 9984, "MIG 1g.10gb", 1, []uint32{0, 1, 2, 3, 4, 5, 6}, fakeEngines{16, 1, 1, 0, 1, 0}},
+		{gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, 9984, "MIG 1g.10gb+me", 1, []uint32{0, 1, 2, 3, 4, 5, 6}, fakeEngines{16, 1, 1, 0, 1, 1}},
+		{gonvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, 20096, "MIG 1g.20gb", 2, []uint32{0, 2, 4, 6}, fakeEngines{26, 1, 1, 0, 1, 0}},
+		{gonvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, 20096, "MIG 2g.20gb", 2, []uint32{0, 2, 4}, fakeEngines{32, 2, 2, 0, 2, 0}},
+		{gonvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, 40448, "MIG 3g.40gb", 4, []uint32{0, 4}, fakeEngines{60, 3, 3, 0, 3, 0}},
+		{gonvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, 40448, "MIG 4g.40gb", 4, []uint32{0}, fakeEngines{64, 4, 4, 0, 4, 0}},
+		{gonvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, 81152, "MIG 7g.80gb", 8, []uint32{0}, fakeEngines{132, 8, 7, 0, 7, 1}},
 	}
 }
 
@@ -181,7 +194,9 @@ func (g *fakeGPU) profileByID(id uint32) (fakeProfile, bool) {
 }
 
 func (p fakeProfile) info() gonvml.GpuInstanceProfileInfo {
-	return gonvml.GpuInstanceProfileInfo{Id: p.id, SliceCount: p.slices, InstanceCount: p.count, MemorySizeMB: p.memMB}
+	info := gonvml.GpuInstanceProfileInfo{Id: p.id, SliceCount: p.slices, InstanceCount: p.count, MemorySizeMB: p.memMB}
+	p.eng.set(&info)
+	return info
 }
 
 // fakeProfileInfoV2 is a WithProfileInfoV2 reader for fake GPUs.
@@ -197,7 +212,9 @@ func fakeProfileInfoV2(gpus ...*fakeGPU) func(gonvml.Device, int) (gonvml.GpuIns
 			}
 			p, _ := g.profileByEnum(enum)
 			v2 := gonvml.GpuInstanceProfileInfo_v2{Version: 2, Id: info.Id, SliceCount: info.SliceCount,
-				InstanceCount: info.InstanceCount, MemorySizeMB: info.MemorySizeMB}
+				InstanceCount: info.InstanceCount, MultiprocessorCount: info.MultiprocessorCount,
+				CopyEngineCount: info.CopyEngineCount, DecoderCount: info.DecoderCount, EncoderCount: info.EncoderCount,
+				JpegCount: info.JpegCount, OfaCount: info.OfaCount, MemorySizeMB: info.MemorySizeMB}
 			setCString(v2.Name[:], p.name)
 			return v2, gonvml.SUCCESS
 		}

@@ -131,7 +131,12 @@ func (d *device) GPUInstanceProfiles() ([]partition.GIProfile, error) {
 			MemoryMiB:       p.info.MemorySizeMB,
 			MaxCount:        int(p.info.InstanceCount),
 			MediaExtensions: mediaExtensions(p.id),
-			Placements:      make([]partition.Placement, len(pls)),
+			Engines: partition.Engines{
+				Multiprocessors: int(p.info.MultiprocessorCount), CopyEngines: int(p.info.CopyEngineCount),
+				Decoders: int(p.info.DecoderCount), Encoders: int(p.info.EncoderCount),
+				JPEGs: int(p.info.JpegCount), OFAs: int(p.info.OfaCount),
+			},
+			Placements: make([]partition.Placement, len(pls)),
 		}
 		for i, pl := range pls {
 			gp.Placements[i] = partition.Placement{Start: int(pl.Start), Size: int(pl.Size)}

@@ -5,12 +5,14 @@ package nvml
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/carve-dev/carve/partition"
 )
@@ -73,6 +75,43 @@ func TestGPUInstanceProfiles(t *testing.T) {
 			}
 			if p, _ := h100.ProfileByID(gonvml.GPU_INSTANCE_PROFILE_1_SLICE); p.MemoryMiB != 9984 {
 				t.Errorf("1g.10gb memory = %d MiB, want NVML's 9984", p.MemoryMiB)
+			}
+		})
+	}
+}
+
+// The SMs and engines come from NVML's profile info, with or without the
+// V2 info, as GPU feature discovery labels them.
+func TestGPUInstanceProfileEngines(t *testing.T) {
+	want := map[string]partition.Engines{
+		"1g.10gb":    {Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1},
+		"1g.10gb+me": {Multiprocessors: 16, CopyEngines: 1, Decoders: 1, JPEGs: 1, OFAs: 1},
+		"1g.20gb":    {Multiprocessors: 26, CopyEngines: 1, Decoders: 1, JPEGs: 1},
+		"2g.20gb":    {Multiprocessors: 32, CopyEngines: 2, Decoders: 2, JPEGs: 2},
+		"3g.40gb":    {Multiprocessors: 60, CopyEngines: 3, Decoders: 3, JPEGs: 3},
+		"4g.40gb":    {Multiprocessors: 64, CopyEngines: 4, Decoders: 4, JPEGs: 4},
+		"7g.80gb":    {Multiprocessors: 132, CopyEngines: 8, Decoders: 7, JPEGs: 7, OFAs: 1},
+	}
+	for _, v2 := range []bool{true, false} {
+		t.Run(fmt.Sprintf("V2 %v", v2), func(t *testing.T) {
+			g := newFakeGPU(0)
+			g.profiles[0].eng = fakeEngines{16, 1, 1, 2, 1, 0} // an encoder too, to see every field read
+			var opts []Option
+			if !v2 {
+				opts = []Option{WithProfileInfoV2(nil)}
+			}
+			ps, err := deviceAt(t, openFake(t, opts, g), 0).GPUInstanceProfiles()
+			if err != nil {
+				t.Fatalf("GPUInstanceProfiles: %v", err)
+			}
+			got := map[string]partition.Engines{}
+			for _, p := range ps {
+				got[p.Name] = p.Engines
+			}
+			w := maps.Clone(want)
+			w["1g.10gb"] = partition.Engines{Multiprocessors: 16, CopyEngines: 1, Decoders: 1, Encoders: 2, JPEGs: 1}
+			if diff := cmp.Diff(w, got); diff != "" {
+				t.Errorf("engines (-want +got):\n%s", diff)
 			}
 		})
 	}

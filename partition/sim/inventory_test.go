@@ -63,9 +63,12 @@ func TestReadInventoryMIGLayout(t *testing.T) {
 	if g.MIGMode != partition.MIGEnabled || g.PendingMIGMode != partition.MIGEnabled {
 		t.Errorf("modes %v/%v", g.MIGMode, g.PendingMIGMode)
 	}
+	// The simulator reports each profile's SMs and engines as an H100 does.
+	eng4g := partition.Engines{Multiprocessors: 64, CopyEngines: 4, Decoders: 4, JPEGs: 4}
+	eng3g := partition.Engines{Multiprocessors: 60, CopyEngines: 3, Decoders: 3, JPEGs: 3}
 	want := []partition.Instance{
-		{GIID: giA.ID, ProfileID: giA.ProfileID, Profile: "4g.40gb", Placement: partition.Placement{Start: 0, Size: 4}, ComputeSlices: 4, MemoryMiB: 40448, CIs: []partition.ComputeInstance{ciA}},
-		{GIID: giB.ID, ProfileID: giB.ProfileID, Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, ComputeSlices: 3, MemoryMiB: 40448, CIs: []partition.ComputeInstance{ciB}},
+		{GIID: giA.ID, ProfileID: giA.ProfileID, Profile: "4g.40gb", Placement: partition.Placement{Start: 0, Size: 4}, ComputeSlices: 4, MemoryMiB: 40448, Engines: eng4g, CIs: []partition.ComputeInstance{ciA}},
+		{GIID: giB.ID, ProfileID: giB.ProfileID, Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, ComputeSlices: 3, MemoryMiB: 40448, Engines: eng3g, CIs: []partition.ComputeInstance{ciB}},
 	}
 	if !reflect.DeepEqual(g.Instances, want) {
 		t.Errorf("instances\n got %+v\nwant %+v", g.Instances, want)
@@ -191,5 +194,38 @@ func TestConcurrentUse(t *testing.T) {
 		if len(g.Instances) != 0 {
 			t.Errorf("GPU %d left with %+v", g.Index, g.Instances)
 		}
+	}
+}
+
+// The simulated GPUs report each profile's SMs and engines as the
+// catalogue has them, so that the labels built from them match GFD's.
+func TestProfilesReportEngines(t *testing.T) {
+	for _, machine := range []string{"dgx-a100", "dgx-h100", "dgx-b200", "a30x4", "rtx-pro-6000-x4"} {
+		t.Run(machine, func(t *testing.T) {
+			d := device(t, open(t, machine), 0)
+			enableMIG(t, d)
+			name, err := d.Name()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem, err := d.MemoryMiB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			model, ok := partition.ModelForProduct(name, mem)
+			if !ok {
+				t.Fatalf("no catalogue model for %q", name)
+			}
+			ps, err := d.GPUInstanceProfiles()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range ps {
+				want, _ := model.ProfileByID(p.ID)
+				if p.Engines != want.Engines || p.Multiprocessors == 0 {
+					t.Errorf("%s: engines %+v, want the catalogue's %+v", p.Name, p.Engines, want.Engines)
+				}
+			}
+		})
 	}
 }

@@ -15,12 +15,12 @@ import (
 // in the nvidia.com/ domain that carve does not write here, among them the
 // per-profile labels of a MIG profile (7g.80gb) no example profile uses.
 var gfdLabels = map[string]string{
-	"nvidia.com/gpu.family":            "hopper",
-	"nvidia.com/gpu.machine":           "DGX-H100",
-	"nvidia.com/mig-7g.80gb.count":     "1",
-	"nvidia.com/mig-7g.80gb.memory":    "81920",
-	"nvidia.com/mig-7g.80gb.replicas":  "1",
-	"nvidia.com/mig-1g.10gb.slices.gi": "1",
+	"nvidia.com/gpu.family":           "hopper",
+	"nvidia.com/gpu.machine":          "DGX-H100",
+	"nvidia.com/mig-7g.80gb.count":    "1",
+	"nvidia.com/mig-7g.80gb.memory":   "81920",
+	"nvidia.com/mig-7g.80gb.replicas": "1",
+	"nvidia.com/gpu.compute.major":    "9",
 }
 
 // TestAgentLeavesLabelsItDidNotWrite: labels GPU feature discovery wrote
