@@ -15,6 +15,8 @@ Usage:
                     [--sim-latency realistic|DURATION|op=DURATION,...] [-o table|json]
   carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d]
   carvectl status   [--kubeconfig PATH] [--selector k=v] [-o table|json]
+  carvectl import   mig-parted -f config.yaml [--device-plugin-config dp.yaml ...]
+                    [--device-plugin-default NAME]
 
 Simulated machines: sim:dgx-a100, sim:dgx-a100-80, sim:dgx-h100, sim:hgx-h200,
 sim:a30x4, or a list such as sim:h100-80gb*2,a100-40gb*1.
@@ -55,6 +57,8 @@ func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc
 		err = runWindows(args[1:], stdout, stderr)
 	case "status":
 		err = runStatus(args[1:], stdout, stderr, newClient)
+	case "import":
+		err = runImport(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
