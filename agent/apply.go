@@ -23,6 +23,9 @@ func (p *pass) apply() (bool, error) {
 		}
 		p.node = node
 	}
+	// Whether the apply went well or not, and also after a resumed one
+	// found nothing left to do.
+	p.restoreOperands()
 	if p.state == "" {
 		p.done = p.target()
 	}
@@ -77,6 +80,9 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 	if err := save(); err != nil {
 		return 0, 0, fmt.Errorf("checkpoint before applying: %w", err)
 	}
+	if err := r.pauseOperands(p, plans, &cp, save); err != nil {
+		return 0, 0, err
+	}
 	n := 0
 	app := partition.Applier{Lib: r.Lib, AfterOp: func(gpu, step int, op partition.Op) error {
 		n++
@@ -105,7 +111,8 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 // clearIntent removes the checkpoint once the node is as wanted.
 func (p *pass) clearIntent() {
 	r := p.r
-	if !r.intent || r.Checkpoints == nil {
+	// The checkpoint keeps operand labels to restore until they are.
+	if !r.intent || r.Checkpoints == nil || len(r.paused) > 0 {
 		return
 	}
 	if err := r.Checkpoints.Clear(); err != nil {

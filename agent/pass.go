@@ -95,6 +95,7 @@ func (p *pass) resume() {
 		return
 	}
 	r.intent = true
+	r.paused = intent.Paused
 	p.event(false, carvev1.ReasonResumingApply, "an apply of profile %s started %s was interrupted after %d ops; re-planning from the GPUs as they are",
 		intent.Profile, intent.Started.UTC().Format(time.RFC3339), intent.OpsDone())
 	p.log.Info("resuming an interrupted apply", "profile", intent.Profile, "opsDone", intent.OpsDone())

@@ -133,12 +133,21 @@ type Reconciler struct {
 	Hooks Hooks
 	// Labels choose the optional node label keys.
 	Labels LabelOptions
+	// Operands pauses GPU Operator operands for disruptive changes; nil
+	// pauses none.
+	Operands Operands
+	// OperandNames are the operands Operands pauses, where the node has
+	// their deploy labels ("dcgm-exporter", ...).
+	OperandNames []string
 
 	started bool
 	// intent is true while a checkpoint may be on disk: one found at start
 	// or written by an apply, removed once the node is as wanted.
-	intent     bool
-	applied    *appliedState
+	intent  bool
+	applied *appliedState
+	// paused are the operand labels this agent paused (or found paused in
+	// the checkpoint of an interrupted apply) with the values to restore.
+	paused     map[string]string
 	drain      *drainState
 	lastEvents map[string]bool
 }

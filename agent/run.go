@@ -67,6 +67,14 @@ type Config struct {
 	ProfileLabel string
 	// Labels choose the optional node label keys.
 	Labels LabelOptions
+	// PauseOperands are the GPU Operator operands paused during a
+	// disruptive change where the node has their deploy labels
+	// (nvidia.com/gpu.deploy.<operand>); nil pauses none. carve-agent's
+	// default is DefaultPauseOperands.
+	PauseOperands []string
+	// OperandTimeout bounds the wait for paused operands' pods to leave
+	// the node; default DefaultOperandTimeout.
+	OperandTimeout time.Duration
 }
 
 // Agent is carve's node agent: the device-plugin servers and the
@@ -90,6 +98,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: GPUs is required")
 	}
 	if err := CheckProfileLabel(cfg.ProfileLabel); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if err := CheckOperands(cfg.PauseOperands); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	if cfg.Logger == nil {
@@ -124,6 +135,14 @@ func New(cfg Config) (*Agent, error) {
 		Lib: cfg.GPUs, InUse: plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0), Devices: mgr,
 		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
 		Hooks: Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp}, Labels: cfg.Labels,
+	}
+	if len(cfg.PauseOperands) > 0 {
+		timeout := cfg.OperandTimeout
+		if timeout <= 0 {
+			timeout = DefaultOperandTimeout
+		}
+		ctrl.Reconciler.Operands = &nodeOperands{client: cfg.Client, node: cfg.NodeName, timeout: timeout, every: time.Second}
+		ctrl.Reconciler.OperandNames = cfg.PauseOperands
 	}
 	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr}, nil
 }
@@ -189,6 +208,21 @@ func CheckProfileLabel(key string) error {
 	}
 	if carvev1.MayWrite(key) {
 		return fmt.Errorf("profile label %q: a key carve writes itself; an operator's label must be another (carve.dev/profile, nvidia.com/mig.config, or one of your own)", key)
+	}
+	return nil
+}
+
+// CheckOperands checks operand names for Config.PauseOperands: each must
+// make a valid label key nvidia.com/gpu.deploy.<operand>.
+func CheckOperands(names []string) error {
+	for _, n := range names {
+		if n == "" {
+			return errors.New("an empty operand name")
+		}
+		key := carvev1.OperandLabel(n)
+		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+			return fmt.Errorf("operand %q: label %s is not a valid label key: %s", n, key, strings.Join(errs, "; "))
+		}
 	}
 	return nil
 }

@@ -33,6 +33,10 @@ type Checkpoint struct {
 	Plan partition.NodePlan `json:"plan"`
 	// Done counts, per GPU index, the ops of its plan that succeeded.
 	Done map[int]int `json:"done"`
+	// Paused are the GPU Operator operand labels paused for this apply
+	// (OperandLabel), with the values to put back once it is done, also by
+	// an agent that resumes it after a crash.
+	Paused map[string]string `json:"paused,omitempty"`
 }
 
 // OpsDone returns the number of ops done over all GPUs.

@@ -5,6 +5,14 @@ const (
 	// ReasonConfigRejected (Warning): the profile file is invalid or
 	// missing; the GPUs are left as they are.
 	ReasonConfigRejected = "ConfigRejected"
+	// ReasonOperandsPaused (Normal, or Warning when their pods do not
+	// leave in time): GPU Operator operands that hold GPU handles were
+	// paused for a disruptive change.
+	ReasonOperandsPaused = "OperandsPaused"
+	// ReasonOperandsRestored (Normal, or Warning when the labels could not
+	// be put back; retried): the paused operands' labels have their values
+	// back.
+	ReasonOperandsRestored = "OperandsRestored"
 	// ReasonConfigUnverified (Warning): entries of the profile file name
 	// GPU models neither carve's catalogue nor this node knows; they were
 	// not checked here and are checked on the nodes that have such GPUs.

@@ -43,6 +43,7 @@ type options struct {
 	stateDir           string
 	metricsAddr        string
 	profileLabel       string
+	pauseOperands      []string
 	cdi                bool
 	migManagerState    bool
 	gfdLabels          bool
@@ -67,7 +68,7 @@ type flagSpec struct {
 // taken from its environment variable, else its default.
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
-	var configMap, logLevel string
+	var configMap, logLevel, operands string
 	specs := []flagSpec{
 		{"node-name", "NODE_NAME", "", "the Node this agent owns (required)", &o.nodeName},
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster", &o.kubeconfig},
@@ -79,6 +80,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		{"pod-resources-socket", "CARVE_POD_RESOURCES_SOCKET", plugin.DefaultPodResourcesSocket, "kubelet PodResources API socket", &o.podResourcesSocket},
 		{"state-dir", "CARVE_STATE_DIR", "/var/lib/carve", "directory for the checkpoint of the apply in progress", &o.stateDir},
 		{"metrics-addr", "CARVE_METRICS_ADDR", ":9465", "address of /metrics, /healthz and /readyz", &o.metricsAddr},
+		{"pause-operands", "CARVE_PAUSE_OPERANDS", strings.Join(agent.DefaultPauseOperands, ","), "GPU Operator operands paused (nvidia.com/gpu.deploy.<operand>=paused-for-mig-change) during a disruptive change, where the node has those labels; comma-separated, \"none\" for none", &operands},
 		{"profile-label", "CARVE_PROFILE_LABEL", carvev1.LabelProfile, "the node label that pins a profile; nvidia.com/mig.config for nodes labelled for NVIDIA's MIG manager", &o.profileLabel},
 		{"log-level", "CARVE_LOG_LEVEL", "info", "debug, info, warn or error", &logLevel},
 	}
@@ -126,6 +128,12 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	}
 	if err := agent.CheckProfileLabel(o.profileLabel); err != nil {
 		return o, fmt.Errorf("--profile-label: %w", err)
+	}
+	if operands != "none" && operands != "" {
+		o.pauseOperands = strings.Split(operands, ",")
+	}
+	if err := agent.CheckOperands(o.pauseOperands); err != nil {
+		return o, fmt.Errorf("--pause-operands %q: %w", operands, err)
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return o, fmt.Errorf("--log-level %q: %w", logLevel, err)
@@ -206,6 +214,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 		GPUs: lib, DevicePluginDir: o.devicePluginDir, PodResourcesSocket: o.podResourcesSocket,
 		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
 		ProfileLabel: o.profileLabel, Labels: agent.LabelOptions{MIGManagerState: o.migManagerState, CarveOnly: !o.gfdLabels},
+		PauseOperands: o.pauseOperands,
 	})
 	if err != nil {
 		return err

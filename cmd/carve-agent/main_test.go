@@ -38,9 +38,9 @@ func TestParseOptions(t *testing.T) {
 				want := options{nodeName: "n1", configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
 					devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 					stateDir: "/var/lib/carve", metricsAddr: ":9465", simLatency: "none", logLevel: slog.LevelInfo,
-					profileLabel: "carve.dev/profile", gfdLabels: true}
-				if o != want {
-					t.Fatalf("options %+v, want %+v", o, want)
+					profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"dcgm-exporter", "dcgm"}}
+				if diff := cmp.Diff(want, o, cmp.AllowUnexported(options{})); diff != "" {
+					t.Fatalf("options (-want +got):\n%s", diff)
 				}
 			},
 		},
@@ -49,14 +49,15 @@ func TestParseOptions(t *testing.T) {
 			env: map[string]string{"NODE_NAME": "n2", "KUBECONFIG": "/k", "CARVE_CONFIG_MAP": "ns/cm", "CARVE_GPUS": "sim:dgx-h100",
 				"CARVE_SIM_STATE": "/s.json", "CARVE_STATE_DIR": "/st", "CARVE_METRICS_ADDR": ":1", "CARVE_LOG_LEVEL": "debug",
 				"CARVE_DEVICE_PLUGIN_DIR": "/dp", "CARVE_POD_RESOURCES_SOCKET": "/pr.sock", "CARVE_SIM_LATENCY": "realistic",
-				"CARVE_PROFILE_LABEL": "nvidia.com/mig.config", "CARVE_MIG_MANAGER_STATE_LABEL": "true", "CARVE_GFD_LABELS": "false", "CARVE_CDI": "1"},
+				"CARVE_PROFILE_LABEL": "nvidia.com/mig.config", "CARVE_MIG_MANAGER_STATE_LABEL": "true", "CARVE_GFD_LABELS": "false", "CARVE_CDI": "1",
+				"CARVE_PAUSE_OPERANDS": "none"},
 			check: func(t *testing.T, o options) {
 				t.Helper()
 				want := options{nodeName: "n2", kubeconfig: "/k", configMapNamespace: "ns", configMapName: "cm", gpus: "sim:dgx-h100",
 					simState: "/s.json", simLatency: "realistic", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1",
 					logLevel: slog.LevelDebug, profileLabel: "nvidia.com/mig.config", migManagerState: true, cdi: true}
-				if o != want {
-					t.Fatalf("options %+v, want %+v", o, want)
+				if diff := cmp.Diff(want, o, cmp.AllowUnexported(options{})); diff != "" {
+					t.Fatalf("options (-want +got):\n%s", diff)
 				}
 			},
 		},
@@ -87,6 +88,18 @@ func TestParseOptions(t *testing.T) {
 		},
 		{name: "a profile label carve writes", args: []string{"--node-name", "n", "--profile-label", "carve.dev/state"}, wantErr: true,
 			errText: `--profile-label: profile label "carve.dev/state": a key carve writes itself; an operator's label must be another (carve.dev/profile, nvidia.com/mig.config, or one of your own)`},
+		{
+			name: "operands",
+			args: []string{"--node-name", "n", "--pause-operands", "dcgm-exporter,nvsm"},
+			check: func(t *testing.T, o options) {
+				t.Helper()
+				if diff := cmp.Diff([]string{"dcgm-exporter", "nvsm"}, o.pauseOperands); diff != "" {
+					t.Fatalf("pauseOperands (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{name: "a bad operand", args: []string{"--node-name", "n", "--pause-operands", "dcgm,,x"}, wantErr: true,
+			errText: `--pause-operands "dcgm,,x": an empty operand name`},
 		{name: "a bad boolean in the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_GFD_LABELS": "maybe"}, wantErr: true,
 			errText: `CARVE_GFD_LABELS="maybe": want true or false`},
 		{

@@ -334,7 +334,7 @@ func checkDaemonSet(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	known := map[string]bool{"node-name": true, "kubeconfig": true, "config-map": true, "gpus": true, "sim-state": true,
 		"device-plugin-dir": true, "pod-resources-socket": true, "state-dir": true, "metrics-addr": true, "cdi": true, "log-level": true,
-		"sim-latency": true, "profile-label": true, "mig-manager-state-label": true, "gfd-labels": true}
+		"sim-latency": true, "profile-label": true, "mig-manager-state-label": true, "gfd-labels": true, "pause-operands": true}
 	for _, a := range append(append([]string{}, ctr.Command...), ctr.Args...) {
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if !strings.HasPrefix(a, "--") || !known[name] {

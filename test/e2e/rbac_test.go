@@ -26,6 +26,7 @@ var agentRules = map[string][]rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}},
 	},
 }
 
@@ -122,6 +123,7 @@ func agentNeeds(node string) []access {
 		{"create", "", "events", "", "default", ""},
 		{"patch", "", "events", "", "default", ""},
 		{"create", "", "pods", "eviction", "default", "some-pod"},
+		{"list", "", "pods", "", "", ""},
 	}
 }
 
@@ -146,7 +148,8 @@ func agentMustNot(node string) []access {
 		{"patch", "", "configmaps", "", deployNS, profilesCM},
 		{"delete", "", "configmaps", "", deployNS, profilesCM},
 		{"get", "", "pods", "", "default", ""},
-		{"list", "", "pods", "", "", ""},
+		{"watch", "", "pods", "", "", ""},
+		{"patch", "", "pods", "", "default", "some-pod"},
 		{"delete", "", "pods", "", "default", "some-pod"},
 		{"delete", "", "events", "", "default", ""},
 		{"create", "events.k8s.io", "events", "", "default", ""},

@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/google/go-cmp/cmp"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/partition"
+)
+
+const (
+	exporterLabel = "nvidia.com/gpu.deploy.dcgm-exporter"
+	dcgmLabel     = "nvidia.com/gpu.deploy.dcgm"
+)
+
+// fakeOperands records what it was asked, with the GPU ops done by then,
+// and applies it to the harness's node labels as the API server would.
+type fakeOperands struct {
+	h     *harness
+	calls []string
+	fail  error
+}
+
+func (o *fakeOperands) Pause(_ context.Context, keys []string) error {
+	o.calls = append(o.calls, "pause "+strings.Join(keys, ",")+" after "+itoa(len(o.h.mutations()))+" ops")
+	if o.fail != nil {
+		return o.fail
+	}
+	for _, k := range keys {
+		o.h.labels[k] = carvev1.OperandPaused
+	}
+	return nil
+}
+
+func (o *fakeOperands) Restore(_ context.Context, values map[string]string) error {
+	o.calls = append(o.calls, "restore after "+itoa(len(o.h.mutations()))+" ops")
+	maps.Copy(o.h.labels, values)
+	return nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestOperandsToPause(t *testing.T) {
+	names := []string{"dcgm-exporter", "dcgm", "nvsm"}
+	tests := []struct {
+		name   string
+		labels map[string]string
+		paused map[string]string
+		want   map[string]string
+	}{
+		{"none on the node", map[string]string{"pool": "a"}, nil, nil},
+		{"the node's values", map[string]string{exporterLabel: "true", dcgmLabel: "false"}, nil, map[string]string{exporterLabel: "true", dcgmLabel: "false"}},
+		{"paused by someone else: not carve's", map[string]string{exporterLabel: carvev1.OperandPaused}, nil, nil},
+		{"paused by this agent before a crash: the recorded value wins", map[string]string{exporterLabel: carvev1.OperandPaused, dcgmLabel: "true"},
+			map[string]string{exporterLabel: "true"}, map[string]string{exporterLabel: "true", dcgmLabel: "true"}},
+		{"operands not named are left alone", map[string]string{"nvidia.com/gpu.deploy.driver": "true"}, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, operandsToPause(tt.labels, names, tt.paused)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A disruptive change pauses the node's operands before its first op,
+// with their values in the checkpoint, and restores them after its last; a
+// change that destroys nothing pauses nothing; a failed pause applies
+// nothing and restores at once.
+func TestReconcilePausesOperands(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	ops := &fakeOperands{h: h}
+	h.r.Operands, h.r.OperandNames = ops, []string{"dcgm-exporter", "dcgm"}
+	h.labels[exporterLabel] = "true"
+	f := h.parse(testProfiles)
+	h.reconcile(f, nil, "full")
+	if len(ops.calls) != 0 {
+		t.Fatalf("from a fresh node to whole GPUs: %v, want no pause", ops.calls)
+	}
+
+	var inCheckpoint map[string]string
+	h.r.Hooks.AfterOp = func(int, int, partition.Op) error {
+		if cp, err := (&Checkpoints{Dir: h.dir}).Load(); err == nil && cp != nil && inCheckpoint == nil {
+			inCheckpoint = cp.Paused
+		}
+		return nil
+	}
+	res := h.reconcile(f, nil, "balanced") // MIG mode on: disruptive
+	if res.State != carvev1.StateSuccess {
+		t.Fatalf("state %s: %v", res.State, res.Err)
+	}
+	want := []string{"pause " + exporterLabel + " after 0 ops", "restore after " + itoa(res.OpsApplied) + " ops"}
+	if diff := cmp.Diff(want, ops.calls); diff != "" {
+		t.Errorf("operand calls (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{exporterLabel: "true"}, inCheckpoint); diff != "" {
+		t.Errorf("checkpoint's paused labels during the apply (-want +got):\n%s", diff)
+	}
+	if h.labels[exporterLabel] != "true" || !hasEvent(res.Events, carvev1.ReasonOperandsPaused, false) || !hasEvent(res.Events, carvev1.ReasonOperandsRestored, false) {
+		t.Errorf("label %q, events %v", h.labels[exporterLabel], reasons(res.Events))
+	}
+
+	ops.calls = nil
+	if res := h.reconcile(f, nil, "balanced-3"); res.State != carvev1.StateSuccess || len(ops.calls) != 0 {
+		t.Errorf("a replica change: state %s, operand calls %v; want none", res.State, ops.calls)
+	}
+
+	ops.calls, ops.fail = nil, errors.New("pods nvidia/dcgm-exporter-x still on the node after 5m0s")
+	h.m.ResetOpLog()
+	res = h.reconcile(f, nil, "small")
+	if res.State != carvev1.StateFailed || len(h.mutations()) != 0 || h.labels[exporterLabel] != "true" {
+		t.Errorf("pause failed: state %s, ops %v, label %q; want failed, no op, label restored", res.State, h.mutations(), h.labels[exporterLabel])
+	}
+	if !hasEvent(res.Events, carvev1.ReasonOperandsPaused, true) {
+		t.Errorf("events %v, want a Warning %s", reasons(res.Events), carvev1.ReasonOperandsPaused)
+	}
+}
+
+// An agent killed mid-change leaves the operand labels paused; the
+// restarted agent restores the values its checkpoint recorded, not the
+// paused ones it finds on the node.
+func TestReconcileRestoresOperandsAfterACrash(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	h.labels[exporterLabel] = "true"
+	f := h.parse(testProfiles)
+	h.reconcile(f, nil, "balanced")
+	ops := &fakeOperands{h: h}
+	h.r.Operands, h.r.OperandNames = ops, []string{"dcgm-exporter"}
+	n := 0
+	h.r.Hooks.AfterOp = func(int, int, partition.Op) error {
+		if n++; n == 2 {
+			return errCrash
+		}
+		return nil
+	}
+	h.labels[carvev1.LabelProfile] = "small"
+	if _, err := h.r.Reconcile(context.Background(), Input{Config: f, Labels: h.labels, Now: h.now, Previous: h.prev}); err != nil {
+		t.Fatal(err)
+	}
+	// The crash: no restore ran (the fake restores, a killed agent would
+	// not), so put the node back as a kill leaves it.
+	h.labels[exporterLabel] = carvev1.OperandPaused
+
+	h.r = h.newReconciler()
+	restarted := &fakeOperands{h: h}
+	h.r.Operands, h.r.OperandNames = restarted, []string{"dcgm-exporter"}
+	res := h.reconcile(f, nil, "small")
+	if res.State != carvev1.StateSuccess {
+		t.Fatalf("state %s after restart: %v", res.State, res.Err)
+	}
+	if h.labels[exporterLabel] != "true" {
+		t.Errorf("after the restart the label is %q, want true (the value before the first pause)", h.labels[exporterLabel])
+	}
+	if intent, _ := (&Checkpoints{Dir: h.dir}).Load(); intent != nil {
+		t.Errorf("checkpoint left after converging: %+v", intent)
+	}
+	if len(restarted.calls) == 0 || !strings.HasPrefix(restarted.calls[len(restarted.calls)-1], "restore") {
+		t.Errorf("restarted agent's operand calls %v, want a restore last", restarted.calls)
+	}
+}
+
+func TestNodeOperands(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{exporterLabel: "true", "pool": "a"}}}
+	exporter := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "nvidia-dcgm-exporter-x"},
+		Spec: corev1.PodSpec{NodeName: "node-1", NodeSelector: map[string]string{exporterLabel: "true"}}}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train"}, Spec: corev1.PodSpec{NodeName: "node-1"}}
+	client := fake.NewClientset(node, exporter, other)
+	o := &nodeOperands{client: client, node: "node-1", timeout: 300 * time.Millisecond, every: 20 * time.Millisecond}
+	ctx := context.Background()
+
+	err := o.Pause(ctx, []string{exporterLabel})
+	if err == nil || !strings.Contains(err.Error(), "pods gpu-operator/nvidia-dcgm-exporter-x still on the node") {
+		t.Fatalf("Pause with the exporter still there: %v", err)
+	}
+	n, _ := client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+	if n.Labels[exporterLabel] != carvev1.OperandPaused || n.Labels["pool"] != "a" {
+		t.Fatalf("labels after Pause: %v", n.Labels)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = client.CoreV1().Pods("gpu-operator").Delete(ctx, exporter.Name, metav1.DeleteOptions{})
+	}()
+	o.timeout = 10 * time.Second
+	if err := o.Pause(ctx, []string{exporterLabel}); err != nil {
+		t.Fatalf("Pause once the exporter left: %v", err)
+	}
+	if err := o.Restore(ctx, map[string]string{exporterLabel: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ = client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+	if diff := cmp.Diff(map[string]string{exporterLabel: "true", "pool": "a"}, n.Labels); diff != "" {
+		t.Errorf("labels after Restore (-want +got):\n%s", diff)
+	}
+}
