@@ -9,7 +9,7 @@
 # needs a glibc (dynamically linked) binary. The image carries no NVIDIA
 # library: on a GPU node the NVIDIA container toolkit injects
 # libnvidia-ml.so.1 and nvidia-smi (NVIDIA_DRIVER_CAPABILITIES=utility, set in
-# configs/deploy/daemonset.yaml), matching the node's driver. Without them
+# configs/deploy/base/daemonset.yaml), matching the node's driver. Without them
 # `--gpus nvml` fails at start; `--gpus sim:<machine>` needs neither.
 
 FROM golang:1.26-bookworm AS build

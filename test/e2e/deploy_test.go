@@ -43,6 +43,13 @@ const (
 // kubectl the test cluster was built with.
 func renderDeploy(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
+	return renderKustomize(t, deployDir)
+}
+
+// renderKustomize renders a kustomization directory as `kubectl apply -k`
+// would.
+func renderKustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
 	cacheDir, err := cluster.DefaultCacheDir()
 	if err != nil {
 		t.Fatal(err)
@@ -55,11 +62,11 @@ func renderDeploy(t *testing.T) []*unstructured.Unstructured {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bins.Kubectl, "kustomize", deployDir)
+	cmd := exec.CommandContext(ctx, bins.Kubectl, "kustomize", dir)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v: %s", deployDir, err, stderr.String())
+		t.Fatalf("kubectl kustomize %s: %v: %s", dir, err, stderr.String())
 	}
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
@@ -68,7 +75,7 @@ func renderDeploy(t *testing.T) []*unstructured.Unstructured {
 		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("kubectl kustomize %s: decode: %v", deployDir, err)
+			t.Fatalf("kubectl kustomize %s: decode: %v", dir, err)
 		}
 		if len(o.Object) > 0 {
 			objs = append(objs, o)
@@ -87,7 +94,7 @@ func findObject(objs []*unstructured.Unstructured, kind, name string) *unstructu
 }
 
 // TestDeployConfigMapMatchesExample: the sample ConfigMap's source,
-// configs/deploy/profiles.yaml (kustomize loads no file outside its
+// configs/deploy/base/profiles.yaml (kustomize loads no file outside its
 // directory), is configs/examples/profiles.yaml byte for byte, so the two
 // cannot drift. Needs no cluster; TestDeployManifestsOnAPIServer checks the
 // rendered ConfigMap too.
@@ -96,12 +103,12 @@ func TestDeployConfigMapMatchesExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(deployDir, "profiles.yaml"))
+	got, err := os.ReadFile(filepath.Join(deployDir, "base", "profiles.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("configs/deploy/profiles.yaml differs from configs/examples/profiles.yaml; run: cp configs/examples/profiles.yaml configs/deploy/profiles.yaml")
+		t.Errorf("configs/deploy/base/profiles.yaml differs from configs/examples/profiles.yaml; run: cp configs/examples/profiles.yaml configs/deploy/base/profiles.yaml")
 	}
 	var k struct {
 		ConfigMapGenerator []struct {
@@ -112,7 +119,7 @@ func TestDeployConfigMapMatchesExample(t *testing.T) {
 			} `json:"options"`
 		} `json:"configMapGenerator"`
 	}
-	raw, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	raw, err := os.ReadFile(filepath.Join(deployDir, "base", "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,5 +375,34 @@ func checkDaemonSet(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	if !tolerated {
 		t.Error("no toleration for the nvidia.com/gpu NoSchedule taint")
+	}
+}
+
+// TestDeployGPUOperatorOverlay: configs/deploy/gpu-operator renders the
+// base with the settings for a cluster that runs NVIDIA's GPU Operator, and
+// the DaemonSet passes the same checks as the base's.
+func TestDeployGPUOperatorOverlay(t *testing.T) {
+	objs := renderKustomize(t, deployDir+"/gpu-operator")
+	if len(objs) != len(renderDeploy(t)) {
+		t.Errorf("the overlay renders %d objects, the base %d", len(objs), len(renderDeploy(t)))
+	}
+	checkDaemonSet(t, objs)
+	var ds appsv1.DaemonSet
+	u := findObject(objs, "DaemonSet", deploySA)
+	if u == nil {
+		t.Fatal("no DaemonSet")
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &ds); err != nil {
+		t.Fatal(err)
+	}
+	pod := ds.Spec.Template.Spec
+	if pod.RuntimeClassName == nil || *pod.RuntimeClassName != "nvidia" {
+		t.Errorf("runtimeClassName %v, want nvidia", pod.RuntimeClassName)
+	}
+	args := pod.Containers[0].Args
+	for _, want := range []string{"--profile-label=nvidia.com/mig.config", "--mig-manager-state-label", "--gfd-labels=false", "--pause-operands=dcgm-exporter,dcgm"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %v lack %s", args, want)
+		}
 	}
 }
