@@ -102,25 +102,6 @@ func join(path, key string) string {
 
 func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
 
-// kindOf describes a decoded value in messages.
-func kindOf(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return fmt.Sprintf("the string %q", x)
-	case json.Number:
-		return "the number " + x.String()
-	case bool:
-		return fmt.Sprintf("the boolean %t", x)
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a mapping"
-	}
-	return fmt.Sprintf("a %T", v)
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -135,7 +116,7 @@ func sortedKeys[V any](m map[string]V) []string {
 func (d *decoder) fields(path string, v any, known ...string) (map[string]any, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		d.ps.add(path, "must be a mapping, not %s", kindOf(v))
+		d.ps.add(path, "must be a mapping, not %s", textfmt.Kind(v))
 		return nil, false
 	}
 	for _, k := range sortedKeys(m) {
@@ -156,9 +137,9 @@ func (d *decoder) str(path string, v any) (string, bool) {
 	if !ok {
 		switch v.(type) {
 		case json.Number, bool:
-			d.ps.add(path, "must be a string, not %s (quote it)", kindOf(v))
+			d.ps.add(path, "must be a string, not %s (quote it)", textfmt.Kind(v))
 		default:
-			d.ps.add(path, "must be a string, not %s", kindOf(v))
+			d.ps.add(path, "must be a string, not %s", textfmt.Kind(v))
 		}
 	}
 	return s, ok
@@ -177,7 +158,7 @@ func (d *decoder) nonEmpty(path string, v any) (string, bool) {
 func (d *decoder) integer(path string, v any) (int, bool) {
 	n, ok := v.(json.Number)
 	if !ok {
-		d.ps.add(path, "must be a whole number, not %s", kindOf(v))
+		d.ps.add(path, "must be a whole number, not %s", textfmt.Kind(v))
 		return 0, false
 	}
 	i, err := strconv.ParseInt(n.String(), 10, 64)
@@ -199,7 +180,7 @@ func (d *decoder) integer(path string, v any) (int, bool) {
 func (d *decoder) boolean(path string, v any) (bool, bool) {
 	b, ok := v.(bool)
 	if !ok {
-		d.ps.add(path, "must be true or false, not %s", kindOf(v))
+		d.ps.add(path, "must be true or false, not %s", textfmt.Kind(v))
 	}
 	return b, ok
 }
@@ -207,7 +188,7 @@ func (d *decoder) boolean(path string, v any) (bool, bool) {
 func (d *decoder) duration(path string, v any) (time.Duration, bool) {
 	s, ok := v.(string)
 	if !ok {
-		d.ps.add(path, "must be a duration such as 10h or 90m, not %s", kindOf(v))
+		d.ps.add(path, "must be a duration such as 10h or 90m, not %s", textfmt.Kind(v))
 		return 0, false
 	}
 	dur, err := time.ParseDuration(strings.TrimSpace(s))
@@ -225,7 +206,7 @@ func (d *decoder) duration(path string, v any) (time.Duration, bool) {
 func (d *decoder) list(path string, v any) ([]any, bool) {
 	l, ok := v.([]any)
 	if !ok {
-		d.ps.add(path, "must be a list, not %s", kindOf(v))
+		d.ps.add(path, "must be a list, not %s", textfmt.Kind(v))
 	}
 	return l, ok
 }
@@ -300,7 +281,7 @@ func (d *decoder) references(f *File) {
 func (d *decoder) profiles(path string, v any) (map[string]Profile, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		d.ps.add(path, "must be a mapping of profile names to lists of entries, not %s", kindOf(v))
+		d.ps.add(path, "must be a mapping of profile names to lists of entries, not %s", textfmt.Kind(v))
 		return nil, false
 	}
 	if len(m) == 0 {
@@ -314,7 +295,7 @@ func (d *decoder) profiles(path string, v any) (map[string]Profile, bool) {
 		}
 		l, ok := m[name].([]any)
 		if !ok {
-			d.ps.add(p, "must be a list of entries (use [] for whole GPUs everywhere), not %s", kindOf(m[name]))
+			d.ps.add(p, "must be a list of entries (use [] for whole GPUs everywhere), not %s", textfmt.Kind(m[name]))
 			out[name] = nil
 			continue
 		}
@@ -388,9 +369,9 @@ func (d *decoder) gpus(path string, v any) GPUSelector {
 		}
 		return GPUSelector{Indices: idx}
 	case json.Number:
-		d.ps.add(path, "must be all or a list of GPU indices, not %s (write [%s] for one GPU)", kindOf(v), x)
+		d.ps.add(path, "must be all or a list of GPU indices, not %s (write [%s] for one GPU)", textfmt.Kind(v), x)
 	default:
-		d.ps.add(path, "must be all or a list of GPU indices, not %s", kindOf(v))
+		d.ps.add(path, "must be all or a list of GPU indices, not %s", textfmt.Kind(v))
 	}
 	return GPUSelector{}
 }
@@ -401,7 +382,7 @@ func (d *decoder) gpus(path string, v any) GPUSelector {
 func (d *decoder) mig(path string, v any) map[string]int {
 	m, ok := v.(map[string]any)
 	if !ok {
-		d.ps.add(path, "must be a mapping of MIG profile to instance count such as {1g.10gb: 7}, or {} for MIG on with no instances; not %s", kindOf(v))
+		d.ps.add(path, "must be a mapping of MIG profile to instance count such as {1g.10gb: 7}, or {} for MIG on with no instances; not %s", textfmt.Kind(v))
 		return map[string]int{}
 	}
 	out := make(map[string]int, len(m))
@@ -495,7 +476,7 @@ func (d *decoder) replicas(path string, v any, mig map[string]int) Replicas {
 		}
 		return Replicas{PerProfile: out}
 	default:
-		d.ps.add(path, "must be a number, or a mapping of MIG profile to number, not %s", kindOf(v))
+		d.ps.add(path, "must be a number, or a mapping of MIG profile to number, not %s", textfmt.Kind(v))
 	}
 	return Replicas{}
 }
@@ -588,7 +569,7 @@ func (d *decoder) profileRef(path string, m map[string]any) string {
 func (d *decoder) selector(path string, v any, required bool) map[string]string {
 	m, ok := v.(map[string]any)
 	if !ok {
-		d.ps.add(path, "must be a mapping of label keys to values, not %s", kindOf(v))
+		d.ps.add(path, "must be a mapping of label keys to values, not %s", textfmt.Kind(v))
 		return nil
 	}
 	if required && len(m) == 0 {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/internal/textfmt"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -201,7 +202,7 @@ func readFile(ps *problems, f File) (docs []document, configMap bool, ok bool) {
 		src := fmt.Sprintf("%s[%s]", f.Name, key)
 		s, isString := data[key].(string)
 		if !isString {
-			ps.errorf(f.Name, "data."+key, "must be a string holding YAML, not %s", kindOf(data[key]))
+			ps.errorf(f.Name, "data."+key, "must be a string holding YAML, not %s", textfmt.Kind(data[key]))
 			continue
 		}
 		t, err := decodeYAML([]byte(s))
@@ -273,30 +274,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// kindOf describes a decoded value in messages.
-func kindOf(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return fmt.Sprintf("the string %q", x)
-	case json.Number:
-		return "the number " + x.String()
-	case bool:
-		return fmt.Sprintf("the boolean %t", x)
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a mapping"
-	}
-	return fmt.Sprintf("%T", v)
-}
-
 // mapping returns v as a mapping, or records a problem.
 func (d *decoder) mapping(p string, v any) (map[string]any, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		d.errorf(p, "must be a mapping, not %s", kindOf(v))
+		d.errorf(p, "must be a mapping, not %s", textfmt.Kind(v))
 	}
 	return m, ok
 }
@@ -306,7 +288,7 @@ func (d *decoder) list(p string, v any) ([]any, bool) {
 	l, ok := v.([]any)
 	switch {
 	case !ok:
-		d.errorf(p, "must be a list, not %s", kindOf(v))
+		d.errorf(p, "must be a list, not %s", textfmt.Kind(v))
 	case len(l) > maxListLen:
 		d.errorf(p, "%d items: more than the %d this importer takes", len(l), maxListLen)
 		ok = false
@@ -317,7 +299,7 @@ func (d *decoder) list(p string, v any) ([]any, bool) {
 func (d *decoder) str(p string, v any) (string, bool) {
 	s, ok := v.(string)
 	if !ok {
-		d.errorf(p, "must be a string, not %s", kindOf(v))
+		d.errorf(p, "must be a string, not %s", textfmt.Kind(v))
 	}
 	return s, ok
 }
@@ -325,7 +307,7 @@ func (d *decoder) str(p string, v any) (string, bool) {
 func (d *decoder) boolean(p string, v any) (bool, bool) {
 	b, ok := v.(bool)
 	if !ok {
-		d.errorf(p, "must be true or false, not %s", kindOf(v))
+		d.errorf(p, "must be true or false, not %s", textfmt.Kind(v))
 	}
 	return b, ok
 }
@@ -334,7 +316,7 @@ func (d *decoder) boolean(p string, v any) (bool, bool) {
 func (d *decoder) integer(p string, v any, lo, hi int) (int, bool) {
 	n, ok := v.(json.Number)
 	if !ok {
-		d.errorf(p, "must be a whole number, not %s", kindOf(v))
+		d.errorf(p, "must be a whole number, not %s", textfmt.Kind(v))
 		return 0, false
 	}
 	i, err := strconv.ParseInt(n.String(), 10, 64)

@@ -179,7 +179,7 @@ func (d *decoder) deviceFilter(p string, v any) []filterID {
 		}
 		return out
 	}
-	d.errorf(p, "must be a PCI device ID such as \"0x233010DE\", or a list of them; not %s", kindOf(v))
+	d.errorf(p, "must be a PCI device ID such as \"0x233010DE\", or a list of them; not %s", textfmt.Kind(v))
 	return nil
 }
 
@@ -205,7 +205,7 @@ func (d *decoder) devices(p string, v any) (all bool, idx []int) {
 		slices.Sort(idx)
 		return false, idx
 	}
-	d.errorf(p, "must be all or a list of GPU indices, not %s", kindOf(v))
+	d.errorf(p, "must be all or a list of GPU indices, not %s", textfmt.Kind(v))
 	return false, nil
 }
 

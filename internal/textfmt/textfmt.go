@@ -1,6 +1,7 @@
 package textfmt
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -51,4 +52,25 @@ func OneLine(s string) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// Kind describes a value decoded from YAML or JSON (with UseNumber) for a
+// message: "null", `the string "x"`, "the number 3", "the boolean true",
+// "a list", "a mapping".
+func Kind(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("the string %q", x)
+	case json.Number:
+		return "the number " + x.String()
+	case bool:
+		return fmt.Sprintf("the boolean %t", x)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping"
+	}
+	return fmt.Sprintf("a %T", v)
 }

@@ -1,6 +1,9 @@
 package textfmt
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestIndicesAndGPUs(t *testing.T) {
 	tests := []struct {
@@ -35,6 +38,25 @@ func TestOneLine(t *testing.T) {
 	for _, tt := range tests {
 		if got := OneLine(tt.in); got != tt.want {
 			t.Errorf("OneLine(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestKind(t *testing.T) {
+	for _, tt := range []struct {
+		v    any
+		want string
+	}{
+		{nil, "null"},
+		{"x", `the string "x"`},
+		{json.Number("3"), "the number 3"},
+		{true, "the boolean true"},
+		{[]any{1}, "a list"},
+		{map[string]any{}, "a mapping"},
+		{3.5, "a float64"},
+	} {
+		if got := Kind(tt.v); got != tt.want {
+			t.Errorf("Kind(%#v) = %q, want %q", tt.v, got, tt.want)
 		}
 	}
 }
