@@ -776,7 +776,10 @@ func TestAgentDrain(t *testing.T) {
 	cs := c.Clientset()
 
 	t.Run("wait: the change waits for the pod to end", func(t *testing.T) {
-		ctx, m := drainSetup(t, c, "wait", "drain-wait", 40*time.Second)
+		// The pod holds its device for a minute from its start: long enough
+		// for the draining node's empty allocatable to reach the API server
+		// even when the pod is seen running late on a loaded machine.
+		ctx, m := drainSetup(t, c, "wait", "drain-wait", time.Minute)
 
 		since := time.Now()
 		setProfileLabel(ctx, t, c, "whole")
@@ -792,7 +795,7 @@ func TestAgentDrain(t *testing.T) {
 		if ph := harness.PodPhase(ctx, cs, metav1.NamespaceDefault, "drain-wait"); ph != corev1.PodSucceeded {
 			t.Errorf("the change completed with the holding pod %s, want Succeeded (it ran to its end)", ph)
 		}
-		t.Logf("change completed %s after the label, the pod holding its device for 40 s from its start", time.Since(since).Round(100*time.Millisecond))
+		t.Logf("change completed %s after the label, the pod holding its device for 60 s from its start", time.Since(since).Round(100*time.Millisecond))
 		if got := n.Labels[carvev1.LabelGPUCount]; got != "1" {
 			t.Errorf("%s = %q", carvev1.LabelGPUCount, got)
 		}
