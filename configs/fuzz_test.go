@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/internal/textfmt"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -254,7 +255,7 @@ func checkMIGFits(t *testing.T, file *File, g Geometry, nodes []fuzzNode) {
 	for _, name := range sortedKeys(file.Profiles) {
 		if file.ValidateProfile(name, g, nil) == nil {
 			for i, e := range file.Profiles[name] {
-				if len(e.MIG) == 0 || unverified[index(join(fieldProfiles, name), i)] {
+				if len(e.MIG) == 0 || unverified[textfmt.Item(textfmt.Field(fieldProfiles, name), i)] {
 					continue
 				}
 				var why []string

@@ -90,18 +90,6 @@ type decoder struct {
 	ps *problems
 }
 
-func join(path, key string) string {
-	if key == "" {
-		key = `""`
-	}
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func index(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -124,9 +112,9 @@ func (d *decoder) fields(path string, v any, known ...string) (map[string]any, b
 			continue
 		}
 		if s := suggest(k, known); s != "" {
-			d.ps.add(join(path, k), "unknown field (did you mean %s?)", s)
+			d.ps.add(textfmt.Field(path, k), "unknown field (did you mean %s?)", s)
 		} else {
-			d.ps.add(join(path, k), "unknown field (known fields here: %s)", strings.Join(known, ", "))
+			d.ps.add(textfmt.Field(path, k), "unknown field (known fields here: %s)", strings.Join(known, ", "))
 		}
 	}
 	return m, true
@@ -271,10 +259,10 @@ func (d *decoder) references(f *File) {
 	}
 	check(fieldDefaultProfile, f.DefaultProfile)
 	for i, r := range f.Rules {
-		check(join(index(fieldRules, i), fieldProfile), r.Profile)
+		check(textfmt.Field(textfmt.Item(fieldRules, i), fieldProfile), r.Profile)
 	}
 	for i, w := range f.Windows {
-		check(join(index(fieldWindows, i), fieldProfile), w.Profile)
+		check(textfmt.Field(textfmt.Item(fieldWindows, i), fieldProfile), w.Profile)
 	}
 }
 
@@ -289,7 +277,7 @@ func (d *decoder) profiles(path string, v any) (map[string]Profile, bool) {
 	}
 	out := make(map[string]Profile, len(m))
 	for _, name := range sortedKeys(m) {
-		p := join(path, name)
+		p := textfmt.Field(path, name)
 		if msg := checkName(name); msg != "" {
 			d.ps.add(p, "invalid profile name: %s", msg)
 		}
@@ -301,7 +289,7 @@ func (d *decoder) profiles(path string, v any) (map[string]Profile, bool) {
 		}
 		entries := make(Profile, len(l))
 		for i, raw := range l {
-			entries[i] = d.entry(index(p, i), raw)
+			entries[i] = d.entry(textfmt.Item(p, i), raw)
 		}
 		d.overlaps(p, entries)
 		out[name] = entries
@@ -316,12 +304,12 @@ func (d *decoder) entry(path string, v any) Entry {
 		return e
 	}
 	if raw, ok := m[fieldGPUs]; !ok {
-		d.ps.add(join(path, fieldGPUs), "required: all, or a list of GPU indices such as [0, 1]")
+		d.ps.add(textfmt.Field(path, fieldGPUs), "required: all, or a list of GPU indices such as [0, 1]")
 	} else {
-		e.GPUs = d.gpus(join(path, fieldGPUs), raw)
+		e.GPUs = d.gpus(textfmt.Field(path, fieldGPUs), raw)
 	}
 	if raw, ok := m[fieldModel]; ok {
-		p := join(path, fieldModel)
+		p := textfmt.Field(path, fieldModel)
 		if s, ok := d.nonEmpty(p, raw); ok {
 			if len(modelWords(s)) == 0 {
 				d.ps.add(p, "%q names no GPU model; write e.g. H100-80GB", s)
@@ -331,10 +319,10 @@ func (d *decoder) entry(path string, v any) Entry {
 		}
 	}
 	if raw, ok := m[fieldMIG]; ok {
-		e.MIG = d.mig(join(path, fieldMIG), raw)
+		e.MIG = d.mig(textfmt.Field(path, fieldMIG), raw)
 	}
 	if raw, ok := m[fieldTimeSlicing]; ok {
-		e.TimeSlicing = d.timeSlicing(join(path, fieldTimeSlicing), raw, e.MIG)
+		e.TimeSlicing = d.timeSlicing(textfmt.Field(path, fieldTimeSlicing), raw, e.MIG)
 	}
 	return e
 }
@@ -354,7 +342,7 @@ func (d *decoder) gpus(path string, v any) GPUSelector {
 		seen := make(map[int]bool, len(x))
 		idx := make([]int, 0, len(x))
 		for i, raw := range x {
-			p := index(path, i)
+			p := textfmt.Item(path, i)
 			n, ok := d.integer(p, raw)
 			switch {
 			case !ok:
@@ -387,7 +375,7 @@ func (d *decoder) mig(path string, v any) map[string]int {
 	}
 	out := make(map[string]int, len(m))
 	for _, name := range sortedKeys(m) {
-		p := join(path, name)
+		p := textfmt.Field(path, name)
 		out[name] = 0
 		if strings.TrimSpace(name) == "" {
 			d.ps.add(p, "empty MIG profile name")
@@ -418,15 +406,15 @@ func (d *decoder) timeSlicing(path string, v any, mig map[string]int) *TimeSlici
 	}
 	ts := &TimeSlicing{}
 	if raw, ok := m[fieldReplicas]; !ok {
-		d.ps.add(join(path, fieldReplicas), "required: a number of replicas, or a number per MIG profile")
+		d.ps.add(textfmt.Field(path, fieldReplicas), "required: a number of replicas, or a number per MIG profile")
 	} else {
-		ts.Replicas = d.replicas(join(path, fieldReplicas), raw, mig)
+		ts.Replicas = d.replicas(textfmt.Field(path, fieldReplicas), raw, mig)
 	}
 	if raw, ok := m[fieldRenameShared]; ok {
-		ts.RenameShared, _ = d.boolean(join(path, fieldRenameShared), raw)
+		ts.RenameShared, _ = d.boolean(textfmt.Field(path, fieldRenameShared), raw)
 	}
 	if raw, ok := m[fieldFailRequests]; ok {
-		ts.FailRequestsGreaterThanOne, _ = d.boolean(join(path, fieldFailRequests), raw)
+		ts.FailRequestsGreaterThanOne, _ = d.boolean(textfmt.Field(path, fieldFailRequests), raw)
 	}
 	return ts
 }
@@ -461,7 +449,7 @@ func (d *decoder) replicas(path string, v any, mig map[string]int) Replicas {
 		}
 		out := make(map[string]int, len(x))
 		for _, name := range sortedKeys(x) {
-			p := join(path, name)
+			p := textfmt.Field(path, name)
 			if _, ok := mig[name]; !ok {
 				have := "none"
 				if len(mig) > 0 {
@@ -490,14 +478,14 @@ func (d *decoder) overlaps(path string, entries Profile) {
 		for i := range j {
 			a, b := entries[i], entries[j]
 			if a.GPUs.All && a.Model == "" {
-				d.ps.add(index(path, j), "unreachable: %s (gpus: all, no model filter) already selects every GPU", index(path, i))
+				d.ps.add(textfmt.Item(path, j), "unreachable: %s (gpus: all, no model filter) already selects every GPU", textfmt.Item(path, i))
 				break
 			}
 			if a.Model != "" && b.Model != "" && normalModel(a.Model) != normalModel(b.Model) {
 				continue
 			}
 			if common := commonGPUs(a.GPUs, b.GPUs); common != "" {
-				d.ps.add(join(index(path, j), fieldGPUs), "%s also selected by %s; a GPU may be selected by one entry only", common, index(path, i))
+				d.ps.add(textfmt.Field(textfmt.Item(path, j), fieldGPUs), "%s also selected by %s; a GPU may be selected by one entry only", common, textfmt.Item(path, i))
 			}
 		}
 	}
@@ -540,15 +528,15 @@ func (d *decoder) rules(path string, v any) []Rule {
 	}
 	out := make([]Rule, len(l))
 	for i, raw := range l {
-		p := index(path, i)
+		p := textfmt.Item(path, i)
 		m, ok := d.fields(p, raw, fieldNodeSelector, fieldProfile)
 		if !ok {
 			continue
 		}
 		if sel, ok := m[fieldNodeSelector]; !ok {
-			d.ps.add(join(p, fieldNodeSelector), "required: the labels a node must carry")
+			d.ps.add(textfmt.Field(p, fieldNodeSelector), "required: the labels a node must carry")
 		} else {
-			out[i].NodeSelector = d.selector(join(p, fieldNodeSelector), sel, true)
+			out[i].NodeSelector = d.selector(textfmt.Field(p, fieldNodeSelector), sel, true)
 		}
 		out[i].Profile = d.profileRef(p, m)
 	}
@@ -559,10 +547,10 @@ func (d *decoder) rules(path string, v any) []Rule {
 func (d *decoder) profileRef(path string, m map[string]any) string {
 	raw, ok := m[fieldProfile]
 	if !ok {
-		d.ps.add(join(path, fieldProfile), "required")
+		d.ps.add(textfmt.Field(path, fieldProfile), "required")
 		return ""
 	}
-	s, _ := d.nonEmpty(join(path, fieldProfile), raw)
+	s, _ := d.nonEmpty(textfmt.Field(path, fieldProfile), raw)
 	return s
 }
 
@@ -577,7 +565,7 @@ func (d *decoder) selector(path string, v any, required bool) map[string]string 
 	}
 	out := make(map[string]string, len(m))
 	for _, k := range sortedKeys(m) {
-		p := join(path, k)
+		p := textfmt.Field(path, k)
 		if msg := checkLabelKey(k); msg != "" {
 			d.ps.add(p, "invalid label key: %s", msg)
 		}
@@ -601,20 +589,20 @@ func (d *decoder) windows(path string, v any) []Window {
 	out := make([]Window, len(l))
 	names := make(map[string]int, len(l))
 	for i, raw := range l {
-		p := index(path, i)
+		p := textfmt.Item(path, i)
 		m, ok := d.fields(p, raw, fieldName, fieldSchedule, fieldDuration, fieldTimeZone, fieldNodeSelector, fieldProfile)
 		if !ok {
 			continue
 		}
 		w := &out[i]
 		if raw, ok := m[fieldName]; !ok {
-			d.ps.add(join(p, fieldName), "required")
-		} else if s, ok := d.nonEmpty(join(p, fieldName), raw); ok {
+			d.ps.add(textfmt.Field(p, fieldName), "required")
+		} else if s, ok := d.nonEmpty(textfmt.Field(p, fieldName), raw); ok {
 			if msg := checkName(s); msg != "" {
-				d.ps.add(join(p, fieldName), "invalid window name: %s", msg)
+				d.ps.add(textfmt.Field(p, fieldName), "invalid window name: %s", msg)
 			}
 			if first, dup := names[s]; dup {
-				d.ps.add(join(p, fieldName), "duplicate window name %q (also %s)", s, index(path, first))
+				d.ps.add(textfmt.Field(p, fieldName), "duplicate window name %q (also %s)", s, textfmt.Item(path, first))
 			} else {
 				names[s] = i
 			}
@@ -622,7 +610,7 @@ func (d *decoder) windows(path string, v any) []Window {
 		}
 		w.Recurrence = d.recurrence(p, m)
 		if sel, ok := m[fieldNodeSelector]; ok {
-			w.NodeSelector = d.selector(join(p, fieldNodeSelector), sel, false)
+			w.NodeSelector = d.selector(textfmt.Field(p, fieldNodeSelector), sel, false)
 		}
 		w.Profile = d.profileRef(p, m)
 	}
@@ -636,7 +624,7 @@ func (d *decoder) maintenance(path string, v any) []Recurrence {
 	}
 	out := make([]Recurrence, len(l))
 	for i, raw := range l {
-		p := index(path, i)
+		p := textfmt.Item(path, i)
 		m, ok := d.fields(p, raw, fieldSchedule, fieldDuration, fieldTimeZone)
 		if !ok {
 			continue
@@ -652,7 +640,7 @@ func (d *decoder) recurrence(path string, m map[string]any) Recurrence {
 	r := Recurrence{TimeZone: "UTC"}
 	loc := time.UTC
 	if raw, ok := m[fieldTimeZone]; ok {
-		p := join(path, fieldTimeZone)
+		p := textfmt.Field(path, fieldTimeZone)
 		if s, ok := d.nonEmpty(p, raw); ok {
 			l, err := loadZone(s)
 			if err != nil {
@@ -664,19 +652,19 @@ func (d *decoder) recurrence(path string, m map[string]any) Recurrence {
 		}
 	}
 	if raw, ok := m[fieldSchedule]; !ok {
-		d.ps.add(join(path, fieldSchedule), "required: a cron expression with 5 fields (%s)", cronFieldNames)
-	} else if s, ok := d.nonEmpty(join(path, fieldSchedule), raw); ok {
+		d.ps.add(textfmt.Field(path, fieldSchedule), "required: a cron expression with 5 fields (%s)", cronFieldNames)
+	} else if s, ok := d.nonEmpty(textfmt.Field(path, fieldSchedule), raw); ok {
 		c, err := compileSchedule(s, loc)
 		if err != nil {
-			d.ps.add(join(path, fieldSchedule), "%q: %v", s, err)
+			d.ps.add(textfmt.Field(path, fieldSchedule), "%q: %v", s, err)
 		}
 		r.Schedule, r.sched = s, c
 	}
 	if raw, ok := m[fieldDuration]; !ok {
-		d.ps.add(join(path, fieldDuration), "required: how long each occurrence lasts, e.g. 2h")
-	} else if dur, ok := d.duration(join(path, fieldDuration), raw); ok {
+		d.ps.add(textfmt.Field(path, fieldDuration), "required: how long each occurrence lasts, e.g. 2h")
+	} else if dur, ok := d.duration(textfmt.Field(path, fieldDuration), raw); ok {
 		if dur > MaxDuration {
-			d.ps.add(join(path, fieldDuration), "%s is longer than the maximum of %s (one week)", dur, MaxDuration)
+			d.ps.add(textfmt.Field(path, fieldDuration), "%s is longer than the maximum of %s (one week)", dur, MaxDuration)
 		}
 		r.Duration = dur
 	}
@@ -690,17 +678,17 @@ func (d *decoder) drain(path string, v any) Drain {
 		return dr
 	}
 	if raw, ok := m[fieldPolicy]; ok {
-		if s, ok := d.str(join(path, fieldPolicy), raw); ok {
+		if s, ok := d.str(textfmt.Field(path, fieldPolicy), raw); ok {
 			switch p := DrainPolicy(s); p {
 			case DrainWait, DrainEvict, DrainFail:
 				dr.Policy = p
 			default:
-				d.ps.add(join(path, fieldPolicy), "unknown policy %q; want wait, evict or fail", s)
+				d.ps.add(textfmt.Field(path, fieldPolicy), "unknown policy %q; want wait, evict or fail", s)
 			}
 		}
 	}
 	if raw, ok := m[fieldTimeout]; ok {
-		if t, ok := d.duration(join(path, fieldTimeout), raw); ok {
+		if t, ok := d.duration(textfmt.Field(path, fieldTimeout), raw); ok {
 			dr.Timeout = t
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"sort"
+
+	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // Resolve matches a profile onto the GPUs of a node and returns one
@@ -22,7 +24,7 @@ func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 	}
 	sorted := slices.Clone(gpus)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
-	path := join(fieldProfiles, profile)
+	path := textfmt.Field(fieldProfiles, profile)
 	var ps problems
 	byGPU := matchNode(&ps, path, entries, sorted)
 	out := make([]Assignment, 0, len(sorted))
@@ -36,7 +38,7 @@ func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 			a.Entry = i
 			if e.MIG != nil {
 				if !gpu.MIGCapable {
-					ps.add(join(index(path, i), fieldMIG), "GPU %d (%s) cannot run MIG", gpu.Index, gpuModelName(gpu))
+					ps.add(textfmt.Field(textfmt.Item(path, i), fieldMIG), "GPU %d (%s) cannot run MIG", gpu.Index, gpuModelName(gpu))
 				}
 				a.MIG = maps.Clone(e.MIG)
 			}

@@ -3,6 +3,8 @@ package configs
 import (
 	"fmt"
 	"time"
+
+	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // maxChangeSteps bounds the boundary instants NextChange and InMaintenance
@@ -45,7 +47,7 @@ func (f *File) Select(labels map[string]string, now time.Time) (Selection, error
 			continue
 		}
 		if _, err := w.schedule(); err != nil {
-			return Selection{Source: SourceNone, Rule: -1}, fmt.Errorf("%s: %w", index(fieldWindows, i), err)
+			return Selection{Source: SourceNone, Rule: -1}, fmt.Errorf("%s: %w", textfmt.Item(fieldWindows, i), err)
 		}
 		if w.active(now) {
 			return Selection{Profile: w.Profile, Source: SourceWindow, Window: w.Name, Rule: -1}, nil

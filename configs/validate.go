@@ -73,7 +73,7 @@ func (f *File) ValidateProfile(profile string, g Geometry, gpus []GPU) error {
 // checkProfile validates the profile name: on a node's GPUs when gpus is not
 // nil, else on models.
 func checkProfile(ps *problems, name string, entries Profile, g Geometry, models []GPUModel, gpus []GPU) {
-	path := join(fieldProfiles, name)
+	path := textfmt.Field(fieldProfiles, name)
 	if gpus != nil {
 		checkNode(ps, path, entries, g, models, gpus)
 		return
@@ -116,7 +116,7 @@ func matchNode(ps *problems, path string, entries Profile, gpus []GPU) map[int]i
 			if len(missing) > 1 {
 				verb = "are"
 			}
-			ps.add(join(index(path, i), fieldGPUs), "%s %s not on this node (it has %s)", textfmt.GPUs(missing), verb, describeNode(indices))
+			ps.add(textfmt.Field(textfmt.Item(path, i), fieldGPUs), "%s %s not on this node (it has %s)", textfmt.GPUs(missing), verb, describeNode(indices))
 		}
 	}
 	byGPU := make(map[int]int, len(gpus))
@@ -126,8 +126,8 @@ func matchNode(ps *problems, path string, entries Profile, gpus []GPU) map[int]i
 				continue
 			}
 			if first, ok := byGPU[gpu.Index]; ok && first != i {
-				ps.add(join(index(path, i), fieldGPUs), "GPU %d (%s) is also selected by %s; a GPU may be selected by one entry only",
-					gpu.Index, gpuModelName(gpu), index(path, first))
+				ps.add(textfmt.Field(textfmt.Item(path, i), fieldGPUs), "GPU %d (%s) is also selected by %s; a GPU may be selected by one entry only",
+					gpu.Index, gpuModelName(gpu), textfmt.Item(path, first))
 				continue
 			}
 			byGPU[gpu.Index] = i
@@ -160,7 +160,7 @@ func checkNode(ps *problems, path string, entries Profile, g Geometry, models []
 		if e.MIG == nil {
 			continue
 		}
-		p := join(index(path, i), fieldMIG)
+		p := textfmt.Field(textfmt.Item(path, i), fieldMIG)
 		capable := map[string][]int{}   // model -> GPU indices
 		incapable := map[string][]int{} // model -> GPU indices
 		for _, gpu := range gpus {
@@ -212,7 +212,7 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 		if e.MIG == nil {
 			continue
 		}
-		p := join(index(path, i), fieldMIG)
+		p := textfmt.Field(textfmt.Item(path, i), fieldMIG)
 		var cands []GPUModel
 		if e.Model != "" {
 			for _, m := range models {
@@ -221,7 +221,7 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 				}
 			}
 			if len(cands) == 0 {
-				ps.unverified(join(index(path, i), fieldModel), "%q matches no GPU model known here (known: %s); the entry is checked only on nodes that have such a GPU", e.Model, strings.Join(keys, ", "))
+				ps.unverified(textfmt.Field(textfmt.Item(path, i), fieldModel), "%q matches no GPU model known here (known: %s); the entry is checked only on nodes that have such a GPU", e.Model, strings.Join(keys, ", "))
 				continue
 			}
 		} else {
@@ -298,8 +298,8 @@ func checkModelOverlaps(ps *problems, path string, entries Profile, models []GPU
 			}
 			for _, m := range models {
 				if MatchModel(a.Model, m) && MatchModel(b.Model, m) {
-					ps.add(join(index(path, j), fieldGPUs), "on %s, %s also selected by %s (both model filters match %s)",
-						m.Key, common, index(path, i), m.Key)
+					ps.add(textfmt.Field(textfmt.Item(path, j), fieldGPUs), "on %s, %s also selected by %s (both model filters match %s)",
+						m.Key, common, textfmt.Item(path, i), m.Key)
 					break
 				}
 			}

@@ -8,6 +8,7 @@ import (
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // Field names of NVIDIA's device plugin config (version v1).
@@ -112,7 +113,7 @@ func parseDevicePlugin(ps *problems, doc document) *dpConfig {
 	if !ok {
 		return dp
 	}
-	for _, k := range sortedKeys(top) {
+	for _, k := range slices.Sorted(maps.Keys(top)) {
 		v := top[k]
 		switch k {
 		case dpVersion:
@@ -146,8 +147,8 @@ func (d *decoder) dpFlags(dp *dpConfig, v any) {
 	if !ok {
 		return
 	}
-	for _, k := range sortedKeys(m) {
-		p, v := join(dpFlags, k), m[k]
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		p, v := textfmt.Field(dpFlags, k), m[k]
 		switch {
 		case v == nil:
 		case k == dpMIGStrategy:
@@ -172,8 +173,8 @@ func (d *decoder) dpPluginFlags(p string, v any) {
 	if !ok {
 		return
 	}
-	for _, k := range sortedKeys(m) {
-		fp, v := join(p, k), m[k]
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fp, v := textfmt.Field(p, k), m[k]
 		if v == nil {
 			continue
 		}
@@ -215,8 +216,8 @@ func (d *decoder) dpSharing(dp *dpConfig, v any) {
 	if !ok {
 		return
 	}
-	for _, k := range sortedKeys(m) {
-		p, v := join(dpSharing, k), m[k]
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		p, v := textfmt.Field(dpSharing, k), m[k]
 		switch {
 		case v == nil:
 		case k == dpTimeSlicing:
@@ -234,20 +235,20 @@ func (d *decoder) dpTimeSlicing(dp *dpConfig, p string, v any) {
 	if !ok {
 		return
 	}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch k {
 		case dpRenameByDef, dpFailRequests, dpResources:
 		default:
-			d.notef(join(p, k), "unknown field; ignored, as the device plugin ignores it")
+			d.notef(textfmt.Field(p, k), "unknown field; ignored, as the device plugin ignores it")
 		}
 	}
 	if raw, ok := m[dpRenameByDef]; ok {
-		dp.rename, _ = d.boolean(join(p, dpRenameByDef), raw)
+		dp.rename, _ = d.boolean(textfmt.Field(p, dpRenameByDef), raw)
 	}
 	if raw, ok := m[dpFailRequests]; ok && raw != nil {
-		dp.failMany, _ = d.boolean(join(p, dpFailRequests), raw)
+		dp.failMany, _ = d.boolean(textfmt.Field(p, dpFailRequests), raw)
 	}
-	rp := join(p, dpResources)
+	rp := textfmt.Field(p, dpResources)
 	raw, ok := m[dpResources]
 	if !ok {
 		d.errorf(rp, "required: the resources to share")
@@ -261,7 +262,7 @@ func (d *decoder) dpTimeSlicing(dp *dpConfig, p string, v any) {
 		d.errorf(rp, "must name at least one resource")
 	}
 	for i, v := range l {
-		d.dpResource(dp, index(rp, i), v)
+		d.dpResource(dp, textfmt.Item(rp, i), v)
 	}
 }
 
@@ -270,17 +271,17 @@ func (d *decoder) dpResource(dp *dpConfig, p string, v any) {
 	if !ok {
 		return
 	}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch k {
 		case dpName, dpRename, dpDevices, dpReplicas:
 		default:
-			d.notef(join(p, k), "unknown field; ignored, as the device plugin ignores it")
+			d.notef(textfmt.Field(p, k), "unknown field; ignored, as the device plugin ignores it")
 		}
 	}
 	var name string
 	if raw, ok := m[dpName]; !ok {
-		d.errorf(join(p, dpName), "required: the resource to share, e.g. nvidia.com/gpu")
-	} else if s, ok := d.str(join(p, dpName), raw); ok {
+		d.errorf(textfmt.Field(p, dpName), "required: the resource to share, e.g. nvidia.com/gpu")
+	} else if s, ok := d.str(textfmt.Field(p, dpName), raw); ok {
 		name = s
 		if !strings.Contains(name, "/") {
 			name = "nvidia.com/" + name
@@ -288,22 +289,22 @@ func (d *decoder) dpResource(dp *dpConfig, p string, v any) {
 	}
 	replicas := 0
 	if raw, ok := m[dpReplicas]; !ok {
-		d.errorf(join(p, dpReplicas), "required: how many times each device is advertised, at least 2")
+		d.errorf(textfmt.Field(p, dpReplicas), "required: how many times each device is advertised, at least 2")
 	} else {
-		replicas, _ = d.integer(join(p, dpReplicas), raw, 2, carvev1.MaxReplicas)
+		replicas, _ = d.integer(textfmt.Field(p, dpReplicas), raw, 2, carvev1.MaxReplicas)
 	}
 	if raw, ok := m[dpRename]; ok && raw != nil {
-		if s, ok := d.str(join(p, dpRename), raw); ok && name != "" {
+		if s, ok := d.str(textfmt.Field(p, dpRename), raw); ok && name != "" {
 			switch {
 			case dp.rename && s != name+carvev1.SharedSuffix:
-				d.notef(join(p, dpRename), "%s: ignored, as the device plugin ignores it: with renameByDefault the shared devices are advertised as %s", s, name+carvev1.SharedSuffix)
+				d.notef(textfmt.Field(p, dpRename), "%s: ignored, as the device plugin ignores it: with renameByDefault the shared devices are advertised as %s", s, name+carvev1.SharedSuffix)
 			case !dp.rename && s != "":
-				d.notef(join(p, dpRename), "%s: ignored, as the device plugin ignores it: without renameByDefault the shared devices keep their name", s)
+				d.notef(textfmt.Field(p, dpRename), "%s: ignored, as the device plugin ignores it: without renameByDefault the shared devices keep their name", s)
 			}
 		}
 	}
 	if raw, ok := m[dpDevices]; ok && raw != "all" {
-		d.notef(join(p, dpDevices), "ignored, as the device plugin ignores it: every device of %s is shared", name)
+		d.notef(textfmt.Field(p, dpDevices), "ignored, as the device plugin ignores it: every device of %s is shared", name)
 	}
 	if name == "" || replicas == 0 {
 		return
@@ -322,7 +323,7 @@ func (d *decoder) dpResource(dp *dpConfig, p string, v any) {
 		}
 		dp.migReplicas[name], dp.migPaths[name] = replicas, p
 	default:
-		d.notef(join(p, dpName), "%s: not carried over: carve advertises nvidia.com/gpu and nvidia.com/mig-<profile> only", name)
+		d.notef(textfmt.Field(p, dpName), "%s: not carried over: carve advertises nvidia.com/gpu and nvidia.com/mig-<profile> only", name)
 	}
 }
 
@@ -400,7 +401,7 @@ func (c *converter) dpMIGNotes(bases []baseProfile) {
 			c.note(Note{Source: dp.source, Path: dp.strategyPath, Message: msg})
 		case "":
 			if dp.gpuReplicas > 0 && len(made) > 0 {
-				c.note(Note{Source: dp.source, Path: join(dpFlags, dpMIGStrategy), Message: "not set: taken as mixed: the nvidia.com/gpu sharing applies to whole GPUs; MIG devices are shared as their nvidia.com/mig-<profile> resources say"})
+				c.note(Note{Source: dp.source, Path: textfmt.Field(dpFlags, dpMIGStrategy), Message: "not set: taken as mixed: the nvidia.com/gpu sharing applies to whole GPUs; MIG devices are shared as their nvidia.com/mig-<profile> resources say"})
 			}
 		}
 		for _, r := range slices.Sorted(maps.Keys(dp.migReplicas)) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -198,7 +199,7 @@ func readFile(ps *problems, f File) (docs []document, configMap bool, ok bool) {
 		ps.errorf(f.Name, "data", "a ConfigMap with the configuration under a data key is expected; this one has no data")
 		return nil, true, false
 	}
-	for _, key := range sortedKeys(data) {
+	for _, key := range slices.Sorted(maps.Keys(data)) {
 		src := fmt.Sprintf("%s[%s]", f.Name, key)
 		s, isString := data[key].(string)
 		if !isString {
@@ -251,27 +252,6 @@ func (d *decoder) errorf(path, format string, args ...any) {
 
 func (d *decoder) notef(path, format string, args ...any) {
 	d.ps.notef(d.source, path, format, args...)
-}
-
-func join(p, key string) string {
-	if key == "" {
-		key = `""`
-	}
-	if p == "" {
-		return key
-	}
-	return p + "." + key
-}
-
-func index(p string, i int) string { return fmt.Sprintf("%s[%d]", p, i) }
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // mapping returns v as a mapping, or records a problem.
@@ -364,7 +344,7 @@ func (c *converter) note(n Note) { c.notes = append(c.notes, n) }
 
 func (c *converter) run() (*Result, error) {
 	var bases []baseProfile
-	for _, name := range sortedKeys(c.spec.configs) {
+	for _, name := range slices.Sorted(maps.Keys(c.spec.configs)) {
 		if b, ok := c.convert(name, c.spec.configs[name]); ok {
 			bases = append(bases, b)
 		}
@@ -497,11 +477,11 @@ func locate(outs []*profileOut, p string) (*profileOut, int, bool) {
 // itemPath is the mig-parted path of an output entry, or of its profile
 // when e is -1.
 func (c *converter) itemPath(out *profileOut, e int) string {
-	p := join("mig-configs", out.base)
+	p := textfmt.Field("mig-configs", out.base)
 	if e < 0 {
 		return p
 	}
-	return index(p, out.entries[e].src)
+	return textfmt.Item(p, out.entries[e].src)
 }
 
 // ordered sorts notes by input: the mig-parted configuration first, then
@@ -596,7 +576,7 @@ func writeEntry(b *bytes.Buffer, e configs.Entry) {
 // flowMap writes {a: 1, b: 2} with the keys sorted.
 func flowMap(m map[string]int) string {
 	parts := make([]string, 0, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s: %d", scalar(k), m[k]))
 	}
 	return "{" + strings.Join(parts, ", ") + "}"

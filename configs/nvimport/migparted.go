@@ -2,6 +2,7 @@ package nvimport
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -66,7 +67,7 @@ func parseMigParted(ps *problems, doc document) *migSpec {
 	if !ok {
 		return spec
 	}
-	for _, k := range sortedKeys(top) {
+	for _, k := range slices.Sorted(maps.Keys(top)) {
 		if k != mpVersion && k != mpConfigs {
 			d.errorf(k, "unknown field; a mig-parted configuration has %s and %s", mpVersion, mpConfigs)
 		}
@@ -95,8 +96,8 @@ func parseMigParted(ps *problems, doc document) *migSpec {
 		d.errorf(mpConfigs, "%d configurations: more than the %d this importer takes", len(cfgs), maxMigConfigs)
 		return spec
 	}
-	for _, name := range sortedKeys(cfgs) {
-		p := join(mpConfigs, name)
+	for _, name := range slices.Sorted(maps.Keys(cfgs)) {
+		p := textfmt.Field(mpConfigs, name)
 		l, ok := d.list(p, cfgs[name])
 		if !ok {
 			continue
@@ -111,7 +112,7 @@ func parseMigParted(ps *problems, doc document) *migSpec {
 		}
 		items := make([]migItem, 0, len(l))
 		for i, v := range l {
-			items = append(items, d.migItem(index(p, i), v))
+			items = append(items, d.migItem(textfmt.Item(p, i), v))
 		}
 		spec.configs[name] = items
 	}
@@ -124,28 +125,28 @@ func (d *decoder) migItem(p string, v any) migItem {
 	if !ok {
 		return it
 	}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch k {
 		case mpDeviceFilter, mpDevices, mpMIGEnabled, mpMIGDevices:
 		default:
-			d.errorf(join(p, k), "unknown field; an item has %s, %s, %s and %s", mpDeviceFilter, mpDevices, mpMIGEnabled, mpMIGDevices)
+			d.errorf(textfmt.Field(p, k), "unknown field; an item has %s, %s, %s and %s", mpDeviceFilter, mpDevices, mpMIGEnabled, mpMIGDevices)
 		}
 	}
 	if raw, ok := m[mpDeviceFilter]; ok {
-		it.filter = d.deviceFilter(join(p, mpDeviceFilter), raw)
+		it.filter = d.deviceFilter(textfmt.Field(p, mpDeviceFilter), raw)
 	}
 	if raw, ok := m[mpDevices]; !ok {
-		d.errorf(join(p, mpDevices), "required: all, or a list of GPU indices")
+		d.errorf(textfmt.Field(p, mpDevices), "required: all, or a list of GPU indices")
 	} else {
-		it.all, it.idx = d.devices(join(p, mpDevices), raw)
+		it.all, it.idx = d.devices(textfmt.Field(p, mpDevices), raw)
 	}
 	if raw, ok := m[mpMIGEnabled]; !ok {
-		d.errorf(join(p, mpMIGEnabled), "required: true or false")
+		d.errorf(textfmt.Field(p, mpMIGEnabled), "required: true or false")
 	} else {
-		it.migOn, _ = d.boolean(join(p, mpMIGEnabled), raw)
+		it.migOn, _ = d.boolean(textfmt.Field(p, mpMIGEnabled), raw)
 	}
 	raw, has := m[mpMIGDevices]
-	mp := join(p, mpMIGDevices)
+	mp := textfmt.Field(p, mpMIGDevices)
 	switch {
 	case it.migOn && !has:
 		d.errorf(mp, "required when mig-enabled is true ({} for MIG on with no instances)")
@@ -173,8 +174,8 @@ func (d *decoder) deviceFilter(p string, v any) []filterID {
 		}
 		out := make([]filterID, 0, len(x))
 		for i, raw := range x {
-			if s, ok := d.str(index(p, i), raw); ok {
-				out = append(out, filterID{text: s, path: index(p, i)})
+			if s, ok := d.str(textfmt.Item(p, i), raw); ok {
+				out = append(out, filterID{text: s, path: textfmt.Item(p, i)})
 			}
 		}
 		return out
@@ -198,7 +199,7 @@ func (d *decoder) devices(p string, v any) (all bool, idx []int) {
 		}
 		idx = []int{}
 		for i, raw := range x {
-			if n, ok := d.integer(index(p, i), raw, 0, maxGPUIndex); ok && !slices.Contains(idx, n) {
+			if n, ok := d.integer(textfmt.Item(p, i), raw, 0, maxGPUIndex); ok && !slices.Contains(idx, n) {
 				idx = append(idx, n)
 			}
 		}
@@ -226,8 +227,8 @@ func (d *decoder) migDevices(p string, v any) (mig map[string]int, ci []string) 
 		return mig, nil
 	}
 	total, bad := 0, false
-	for _, name := range sortedKeys(m) {
-		np := join(p, name)
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		np := textfmt.Field(p, name)
 		n, ok := d.integer(np, m[name], 0, maxMIGCount)
 		if !ok {
 			bad = true
@@ -288,18 +289,18 @@ type cand struct {
 // with a note, when the profile must be left out.
 func (c *converter) convert(name string, items []migItem) (baseProfile, bool) {
 	src := c.spec.source
-	p := join(mpConfigs, name)
+	p := textfmt.Field(mpConfigs, name)
 	var cands []*cand
 	left := 0
 	for i, it := range items {
 		if len(it.ciProfiles) > 0 {
-			c.note(Note{Source: src, Path: join(it.path, mpMIGDevices), Message: fmt.Sprintf(
+			c.note(Note{Source: src, Path: textfmt.Field(it.path, mpMIGDevices), Message: fmt.Sprintf(
 				"profile %s left out: %s make compute instances smaller than their GPU instance; carve makes one compute instance per GPU instance, using all of it",
 				name, strings.Join(it.ciProfiles, ", "))})
 			return baseProfile{}, false
 		}
 		if !it.all && len(it.idx) == 0 {
-			c.note(Note{Source: src, Path: join(it.path, mpDevices), Message: "[] selects no GPU; item left out"})
+			c.note(Note{Source: src, Path: textfmt.Field(it.path, mpDevices), Message: "[] selects no GPU; item left out"})
 			continue
 		}
 		var mig map[string]int
@@ -314,7 +315,7 @@ func (c *converter) convert(name string, items []migItem) (baseProfile, bool) {
 		}
 		models := c.filterModels(it)
 		if len(models) == 0 {
-			c.note(Note{Source: src, Path: join(it.path, mpDeviceFilter), Message: "item left out: carve's catalogue knows none of its GPUs, " +
+			c.note(Note{Source: src, Path: textfmt.Field(it.path, mpDeviceFilter), Message: "item left out: carve's catalogue knows none of its GPUs, " +
 				"so no model filter can stand for them; GPUs that no entry selects are whole, MIG off, under carve (add an entry with the model key carve reports for them by hand)"})
 			continue
 		}
@@ -406,7 +407,7 @@ func (c *converter) filterModels(it migItem) []filterModel {
 			}
 		}
 		if len(extra) > 0 {
-			c.note(Note{Source: src, Path: join(it.path, mpDeviceFilter), Message: fmt.Sprintf(
+			c.note(Note{Source: src, Path: textfmt.Field(it.path, mpDeviceFilter), Message: fmt.Sprintf(
 				"model filter %s also selects %s, boards of the same model the filter does not list", fm.key, strings.Join(extra, ", "))})
 		}
 	}

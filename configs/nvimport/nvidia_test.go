@@ -2,6 +2,7 @@ package nvimport
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -210,7 +211,7 @@ func planEveryProfile(t *testing.T, f *configs.File) {
 	t.Helper()
 	keys := sim.ModelKeys()
 	planned := 0
-	for _, name := range sortedKeys(f.Profiles) {
+	for _, name := range slices.Sorted(maps.Keys(f.Profiles)) {
 		models := map[string]partition.Model{}
 		for _, e := range f.Profiles[name] {
 			for _, m := range targetModels(e) {
@@ -220,7 +221,7 @@ func planEveryProfile(t *testing.T, f *configs.File) {
 		if len(models) == 0 {
 			t.Logf("profile %s: no catalogue model has its MIG profiles; not planned", name)
 		}
-		for _, key := range sortedKeys(models) {
+		for _, key := range slices.Sorted(maps.Keys(models)) {
 			if !slices.Contains(keys, strings.ToLower(key)) {
 				t.Logf("profile %s: the simulator has no %s; not planned there", name, key)
 				continue

@@ -74,3 +74,19 @@ func Kind(v any) string {
 	}
 	return fmt.Sprintf("a %T", v)
 }
+
+// Field returns the place of key in the mapping at path, as problems name
+// places in YAML files: "profiles" and "p" give "profiles.p"; an empty path
+// gives the key alone, and an empty key is written "".
+func Field(path, key string) string {
+	if key == "" {
+		key = `""`
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// Item returns the place of element i of the list at path: "rules[2]".
+func Item(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }

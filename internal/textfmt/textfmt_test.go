@@ -60,3 +60,16 @@ func TestKind(t *testing.T) {
 		}
 	}
 }
+
+func TestFieldAndItem(t *testing.T) {
+	for _, tt := range []struct{ got, want string }{
+		{Field("profiles", "p"), "profiles.p"},
+		{Field("", "version"), "version"},
+		{Field("profiles", ""), `profiles.""`},
+		{Item(Field("profiles", "p"), 2), "profiles.p[2]"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
