@@ -80,8 +80,12 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 	if p.err != nil {
 		lastErr = textfmt.OneLine(p.err.Error())
 	}
+	pinLabel := ""
+	if p.in.Config != nil {
+		pinLabel = p.in.Config.PinLabel()
+	}
 	rec := carvev1.NodeRecord{
-		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel), State: p.state, LastError: lastErr,
+		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, LastError: lastErr,
 		GPUs:   GPURecords(p.node.GPUs, res, p.sharing),
 		Labels: slices.Sorted(maps.Keys(labels)),
 	}

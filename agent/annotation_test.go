@@ -153,19 +153,24 @@ func TestNext(t *testing.T) {
 
 func TestSelectedFrom(t *testing.T) {
 	tests := []struct {
-		name string
-		sel  configs.Selection
-		want *carvev1.SelectedProfile
+		name     string
+		sel      configs.Selection
+		pinLabel string
+		want     *carvev1.SelectedProfile
 	}{
-		{"nothing selected", configs.Selection{Source: configs.SourceNone, Rule: -1}, nil},
-		{"zero selection", configs.Selection{}, nil},
-		{"default", configs.Selection{Profile: "full", Source: configs.SourceDefault, Rule: -1}, &carvev1.SelectedProfile{Profile: "full", Source: "default"}},
-		{"rule", configs.Selection{Profile: "balanced", Source: configs.SourceRule, Rule: 2}, &carvev1.SelectedProfile{Profile: "balanced", Source: "rule"}},
-		{"window", configs.Selection{Profile: "full", Source: configs.SourceWindow, Window: "nightly", Rule: -1}, &carvev1.SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}},
+		{"nothing selected", configs.Selection{Source: configs.SourceNone, Rule: -1}, "", nil},
+		{"zero selection", configs.Selection{}, "", nil},
+		{"default", configs.Selection{Profile: "full", Source: configs.SourceDefault, Rule: -1}, "", &carvev1.SelectedProfile{Profile: "full", Source: "default"}},
+		{"rule", configs.Selection{Profile: "balanced", Source: configs.SourceRule, Rule: 2}, "", &carvev1.SelectedProfile{Profile: "balanced", Source: "rule"}},
+		{"window", configs.Selection{Profile: "full", Source: configs.SourceWindow, Window: "nightly", Rule: -1}, "", &carvev1.SelectedProfile{Profile: "full", Source: "window", Window: "nightly"}},
+		{"carve's own pin label is not recorded", configs.Selection{Profile: "full", Source: configs.SourceLabel, Rule: -1}, carvev1.LabelProfile,
+			&carvev1.SelectedProfile{Profile: "full", Source: "label"}},
+		{"another pin label is", configs.Selection{Profile: "all-1g.10gb", Source: configs.SourceLabel, Rule: -1}, carvev1.LabelMIGManagerConfig,
+			&carvev1.SelectedProfile{Profile: "all-1g.10gb", Source: "label", PinLabel: carvev1.LabelMIGManagerConfig}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, SelectedFrom(tt.sel)); diff != "" {
+			if diff := cmp.Diff(tt.want, SelectedFrom(tt.sel, tt.pinLabel)); diff != "" {
 				t.Fatalf("SelectedFrom(%+v) mismatch (-want +got):\n%s", tt.sel, diff)
 			}
 		})

@@ -10,12 +10,16 @@ import (
 )
 
 // SelectedFrom returns the node record's account of a selection, nil when
-// nothing is selected.
-func SelectedFrom(sel configs.Selection) *carvev1.SelectedProfile {
+// nothing is selected. pinLabel is the label that pins profiles; it is
+// recorded when it is not carve.dev/profile.
+func SelectedFrom(sel configs.Selection, pinLabel string) *carvev1.SelectedProfile {
 	if sel.Source == configs.SourceNone || sel.Source == "" || sel.Profile == "" {
 		return nil
 	}
-	return &carvev1.SelectedProfile{Profile: sel.Profile, Source: sel.Source, Window: sel.Window}
+	if pinLabel == carvev1.LabelProfile {
+		pinLabel = ""
+	}
+	return &carvev1.SelectedProfile{Profile: sel.Profile, Source: sel.Source, Window: sel.Window, PinLabel: pinLabel}
 }
 
 // GPURecords describes the GPUs as they are and as advertised.

@@ -74,6 +74,21 @@ func (m *Model) HasPCIDeviceID(id uint32) bool {
 	return slices.Contains(m.PCIDeviceIDs, id)
 }
 
+// MediaEngines returns the media engines the whole GPU has: for each kind
+// (video decoders, encoders, JPEG decoders, optical flow accelerators) the
+// most any one profile holds, which is the whole-GPU profile's. The
+// instances on a GPU share these; a "+me.all" instance takes them all.
+func (m *Model) MediaEngines() Engines {
+	var total Engines
+	for _, p := range m.Profiles {
+		total.Decoders = max(total.Decoders, p.Decoders)
+		total.Encoders = max(total.Encoders, p.Encoders)
+		total.JPEGs = max(total.JPEGs, p.JPEGs)
+		total.OFAs = max(total.OFAs, p.OFAs)
+	}
+	return total
+}
+
 // hasProduct reports whether NVML's product name is one of the model's,
 // ignoring case and surrounding space.
 func (m *Model) hasProduct(product string) bool {

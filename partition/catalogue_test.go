@@ -341,6 +341,10 @@ func TestPlaceVariants(t *testing.T) {
 		{map[string]int{"2g.48gb": 2, "1g.24gb": 1}, false, "compute slices"},
 		{map[string]int{"4g.96gb": 1, "4g.96gb+gfx": 1}, false, "compute slices"},
 		{map[string]int{"1g.24gb+gfx": 1, "1g.24gb": 1, "2g.48gb-me": 1}, true, ""},
+		{map[string]int{"1g.24gb+me.all": 1, "1g.24gb": 1}, false, "1g.24gb x1 and 1g.24gb+me.all x1 need 5 of 4 video decoders, 5 of 4 video encoders, 5 of 4 JPEG decoders on a GPU"},
+		{map[string]int{"2g.48gb+me.all": 1, "1g.24gb+gfx": 1}, false, "need 5 of 4 video decoders"},
+		{map[string]int{"1g.24gb+me.all": 1, "2g.48gb": 1}, false, "need 6 of 4 video decoders"},
+		{map[string]int{"1g.24gb+me": 1, "1g.24gb": 2, "1g.24gb+gfx": 1}, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.counts), func(t *testing.T) {

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -87,6 +88,38 @@ type Engines struct {
 	JPEGs int `json:"jpegs,omitempty"`
 	// OFAs is the number of optical flow accelerators.
 	OFAs int `json:"ofas,omitempty"`
+}
+
+// Plus returns e with n instances of o added, field by field.
+func (e Engines) Plus(o Engines, n int) Engines {
+	e.Multiprocessors += n * o.Multiprocessors
+	e.CopyEngines += n * o.CopyEngines
+	e.Decoders += n * o.Decoders
+	e.Encoders += n * o.Encoders
+	e.JPEGs += n * o.JPEGs
+	e.OFAs += n * o.OFAs
+	return e
+}
+
+// MediaBeyond names the kinds of media engine of which e, what a set of
+// instances needs, has more than total, the GPU's: e.g. "5 of 4 video
+// decoders". Nil when every kind fits.
+func (e Engines) MediaBeyond(total Engines) []string {
+	var over []string
+	for _, k := range []struct {
+		need, total int
+		what        string
+	}{
+		{e.Decoders, total.Decoders, "video decoders"},
+		{e.Encoders, total.Encoders, "video encoders"},
+		{e.JPEGs, total.JPEGs, "JPEG decoders"},
+		{e.OFAs, total.OFAs, "optical flow accelerators"},
+	} {
+		if k.need > k.total {
+			over = append(over, fmt.Sprintf("%d of %d %s", k.need, k.total, k.what))
+		}
+	}
+	return over
 }
 
 // GPUInstance is an existing GPU instance on a device.

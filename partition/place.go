@@ -173,7 +173,34 @@ func checkCounts(m Model, counts map[string]int) ([]group, error) {
 		return fail("needs %d of %d memory slices: %s", memory, m.MemorySlices,
 			explainTotal(groups, m.MemorySlices, "memory", func(p GIProfile) int { return p.MemorySlices }))
 	}
+	if err := checkMedia(m, groups); err != nil {
+		return nil, err
+	}
 	return groups, nil
+}
+
+// checkMedia fails when the groups need more media engines of a kind
+// than the GPU has: "1g.24gb+me.all x1 and 1g.24gb x1 need 5 of 4 video
+// decoders, ...".
+func checkMedia(m Model, groups []group) error {
+	var need Engines
+	var users []string
+	for _, i := range profileOrder(m, groups) {
+		g := groups[i]
+		if p := g.profile; p.Decoders+p.Encoders+p.JPEGs+p.OFAs > 0 {
+			users = append(users, g.String())
+		}
+		need = need.Plus(g.profile.Engines, g.count)
+	}
+	over := need.MediaBeyond(m.MediaEngines())
+	if len(over) == 0 {
+		return nil
+	}
+	verb := "needs"
+	if len(users) > 1 || groups[0].count > 1 {
+		verb = "need"
+	}
+	return &PlaceError{Model: m.Key, Reason: fmt.Sprintf("%s %s %s on a GPU", strings.Join(users, " and "), verb, strings.Join(over, ", "))}
 }
 
 // profileOrder returns the indexes of groups in the model's profile order

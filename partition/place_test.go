@@ -350,8 +350,8 @@ func checkSlots(t *testing.T, m partition.Model, counts map[string]int, slots []
 	if len(slots) != total(counts) {
 		t.Errorf("%d slots, want %d", len(slots), total(counts))
 	}
-	if compute > m.ComputeSlices || me > 1 {
-		t.Errorf("limits broken: %d compute slices, %d +me", compute, me)
+	if compute > m.ComputeSlices || me > 1 || !mediaFits(m, got) {
+		t.Errorf("limits broken: %d compute slices, %d +me, media engines fit %v", compute, me, mediaFits(m, got))
 	}
 }
 
@@ -386,10 +386,35 @@ func bruteForce(m partition.Model, counts map[string]int) bool {
 			me += counts[name]
 		}
 	}
-	if compute > m.ComputeSlices || me > 1 {
+	if compute > m.ComputeSlices || me > 1 || !mediaFits(m, counts) {
 		return false
 	}
 	return bruteForceAround(m, counts, make([]bool, m.MemorySlices))
+}
+
+// mediaFits reports whether counts need no more video decoders, encoders,
+// JPEG decoders and optical flow accelerators than the profile with the
+// most compute slices (the whole GPU) has.
+func mediaFits(m partition.Model, counts map[string]int) bool {
+	var whole partition.GIProfile
+	for _, p := range m.Profiles {
+		if p.ComputeSlices > whole.ComputeSlices {
+			whole = p
+		}
+	}
+	var need [4]int
+	for name, n := range counts {
+		p, _ := m.Profile(name)
+		for i, e := range [4]int{p.Decoders, p.Encoders, p.JPEGs, p.OFAs} {
+			need[i] += n * e
+		}
+	}
+	for i, have := range [4]int{whole.Decoders, whole.Encoders, whole.JPEGs, whole.OFAs} {
+		if need[i] > have {
+			return false
+		}
+	}
+	return true
 }
 
 // multisets lists every multiset of m's profiles with each count up to the

@@ -52,6 +52,10 @@ type SelectedProfile struct {
 	Source string `json:"source"`
 	// Window is the active window's name when Source is window.
 	Window string `json:"window,omitempty"`
+	// PinLabel is the node label that pins a profile on this node when it
+	// is not LabelProfile (carve-agent --profile-label), so that readers
+	// of the record know which label to show as the pin.
+	PinLabel string `json:"pinLabel,omitempty"`
 }
 
 // GPURecord is one GPU in the NodeRecord.

@@ -60,7 +60,9 @@ func newStatusClient(kubeconfig string) (kubernetes.Interface, string, error) {
 // nodeStatus is one GPU node as carvectl status shows it.
 type nodeStatus struct {
 	Node string `json:"node"`
-	// Pinned is the node's carve.dev/profile label, the user's pin.
+	// Pinned is the node's carve.dev/profile label, the user's pin, or
+	// the label the agent pins by (--profile-label) when its record names
+	// one.
 	Pinned string `json:"pinned,omitempty"`
 	// Selected is the profile in force for the node, the one the agent is
 	// reaching for; "" when none is or it is not known.
@@ -190,6 +192,9 @@ func statusOf(n *corev1.Node) (nodeStatus, bool) {
 	if r.Record != nil && r.Record.Selected != nil {
 		sel := r.Record.Selected
 		r.Selected, r.Source, r.Window = sel.Profile, sel.Source, sel.Window
+		if sel.PinLabel != "" {
+			r.Pinned = n.Labels[sel.PinLabel]
+		}
 	} else {
 		r.Selected = selectedFromLabels(r)
 	}

@@ -307,3 +307,32 @@ users:
 		t.Errorf("missing kubeconfig: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestStatusPinLabel: an agent that pins by another label
+// (--profile-label nvidia.com/mig.config) records it, and status shows
+// that label's value as the pin, also while a window overrides it.
+func TestStatusPinLabel(t *testing.T) {
+	tests := []struct {
+		name   string
+		source string
+		want   string
+	}{
+		{"pinned", "label", "all-1g.10gb"},
+		{"a window over the pin", "window", "all-1g.10gb"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := gpuNode("gpu-m", map[string]string{
+				carvev1.LabelState: carvev1.StateSuccess, carvev1.LabelMIGManagerConfig: "all-1g.10gb", carvev1.LabelProfile: "ignored",
+			}, annotation(t, carvev1.NodeRecord{Profile: "all-1g.10gb", State: carvev1.StateSuccess, Generation: 1,
+				Selected: &carvev1.SelectedProfile{Profile: "all-1g.10gb", Source: tt.source, PinLabel: carvev1.LabelMIGManagerConfig}}), nil)
+			r, ok := statusOf(n)
+			if !ok {
+				t.Fatal("not a GPU node")
+			}
+			if r.Pinned != tt.want {
+				t.Errorf("pinned %q, want %q", r.Pinned, tt.want)
+			}
+		})
+	}
+}

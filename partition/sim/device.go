@@ -171,7 +171,8 @@ func (d *device) GPUInstances() ([]partition.GPUInstance, error) {
 // CreateGPUInstance creates a GPU instance of a profile at a placement. An
 // unknown profile or a placement the profile does not have fail with
 // ErrInvalidArgument; an overlap, a profile at its maximum count, a second
-// "+me" instance or too few compute slices with ErrInsufficientResources.
+// "+me" instance, too few compute slices or media engines (a "+me.all"
+// instance takes them all) with ErrInsufficientResources.
 // The new instance gets the lowest free ID from 1.
 func (d *device) CreateGPUInstance(profileID int, at partition.Placement) (partition.GPUInstance, error) {
 	var out partition.GPUInstance

@@ -179,6 +179,7 @@ func checkInstances(t *testing.T, m partition.Model, i int, ins []sim.InstanceSt
 	t.Helper()
 	count := map[string]int{}
 	compute, me := 0, 0
+	var media partition.Engines
 	for k, in := range ins {
 		p, ok := m.Profile(in.Profile)
 		if !ok || in.ProfileID == nil || *in.ProfileID != p.ID {
@@ -200,8 +201,10 @@ func checkInstances(t *testing.T, m partition.Model, i int, ins []sim.InstanceSt
 		if p.MediaExtensions {
 			me++
 		}
-		if count[p.Name] > p.MaxCount || me > 1 || compute > m.ComputeSlices {
-			t.Fatalf("GPU %d: limits broken: %d %s (max %d), %d +me, %d of %d compute slices", i, count[p.Name], p.Name, p.MaxCount, me, compute, m.ComputeSlices)
+		media = media.Plus(p.Engines, 1)
+		over := media.MediaBeyond(m.MediaEngines())
+		if count[p.Name] > p.MaxCount || me > 1 || compute > m.ComputeSlices || len(over) > 0 {
+			t.Fatalf("GPU %d: limits broken: %d %s (max %d), %d +me, %d of %d compute slices, media engines over: %v", i, count[p.Name], p.Name, p.MaxCount, me, compute, m.ComputeSlices, over)
 		}
 		used := 0
 		for c, ci := range in.CIs {

@@ -377,12 +377,13 @@ func (g *gpuState) createGI(profileID int, at partition.Placement, id int) (*giS
 	if !valid {
 		return nil, fmt.Errorf("%s: not a placement of %s (valid: %s): %w", where, p.Name, placementsString(p.Placements), partition.ErrInvalidArgument)
 	}
-	count, slices := 0, 0
+	count, slices, media := 0, 0, p.Engines
 	for _, gi := range g.sortedGIs() {
 		if gi.profile.ID == p.ID {
 			count++
 		}
 		slices += gi.profile.ComputeSlices
+		media = media.Plus(gi.profile.Engines, 1)
 		if p.MediaExtensions && gi.profile.MediaExtensions {
 			return nil, fmt.Errorf("%s: GPU instance %d (%s) already has the media extensions: %w", where, gi.id, gi.profile.Name, partition.ErrInsufficientResources)
 		}
@@ -395,6 +396,9 @@ func (g *gpuState) createGI(profileID int, at partition.Placement, id int) (*giS
 	}
 	if slices+p.ComputeSlices > g.model.ComputeSlices {
 		return nil, fmt.Errorf("%s: %d of %d compute slices in use: %w", where, slices, g.model.ComputeSlices, partition.ErrInsufficientResources)
+	}
+	if over := media.MediaBeyond(g.model.MediaEngines()); len(over) > 0 {
+		return nil, fmt.Errorf("%s: the GPU instances would need %s: %w", where, strings.Join(over, ", "), partition.ErrInsufficientResources)
 	}
 	if id < 0 {
 		id = 1
