@@ -105,6 +105,24 @@ func (p *pass) restoreOperands() {
 	}
 	r.paused = nil
 	p.event(false, carvev1.ReasonOperandsRestored, "%s restored", keys)
+	if err := r.forgetPaused(); err != nil {
+		p.event(true, carvev1.ReasonCheckpointFailed, "%s restored, but the apply checkpoint still lists them: %s", keys, err)
+	}
+}
+
+// forgetPaused drops the restored operand labels from the checkpoint that
+// a failed or unfinished apply leaves, so that an agent restarting from it
+// does not put back values someone may have changed since.
+func (r *Reconciler) forgetPaused() error {
+	if r.Checkpoints == nil {
+		return nil
+	}
+	cp, err := r.Checkpoints.Load()
+	if err != nil || cp == nil || len(cp.Paused) == 0 {
+		return err
+	}
+	cp.Paused = nil
+	return r.Checkpoints.Save(*cp)
 }
 
 // nodeOperands is Operands through the API server: it patches the node's

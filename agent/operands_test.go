@@ -30,6 +30,9 @@ type fakeOperands struct {
 	h     *harness
 	calls []string
 	fail  error
+	// killed makes Restore fail, as an agent killed mid-change never
+	// restores.
+	killed bool
 }
 
 func (o *fakeOperands) Pause(_ context.Context, keys []string) error {
@@ -45,6 +48,9 @@ func (o *fakeOperands) Pause(_ context.Context, keys []string) error {
 
 func (o *fakeOperands) Restore(_ context.Context, values map[string]string) error {
 	o.calls = append(o.calls, "restore after "+itoa(len(o.h.mutations()))+" ops")
+	if o.killed {
+		return errCrash
+	}
 	maps.Copy(o.h.labels, values)
 	return nil
 }
@@ -126,6 +132,15 @@ func TestReconcilePausesOperands(t *testing.T) {
 	if !hasEvent(res.Events, carvev1.ReasonOperandsPaused, true) {
 		t.Errorf("events %v, want a Warning %s", reasons(res.Events), carvev1.ReasonOperandsPaused)
 	}
+	// The failed apply leaves its checkpoint, without the labels it has
+	// put back: a restart must not write them again.
+	cp, err := (&Checkpoints{Dir: h.dir}).Load()
+	if err != nil || cp == nil {
+		t.Fatalf("checkpoint after the failed pause: %v, %v; want one", cp, err)
+	}
+	if len(cp.Paused) != 0 {
+		t.Errorf("checkpoint still lists paused labels %v after restoring them", cp.Paused)
+	}
 }
 
 // An agent killed mid-change leaves the operand labels paused; the
@@ -136,7 +151,7 @@ func TestReconcileRestoresOperandsAfterACrash(t *testing.T) {
 	h.labels[exporterLabel] = "true"
 	f := h.parse(testProfiles)
 	h.reconcile(f, nil, "balanced")
-	ops := &fakeOperands{h: h}
+	ops := &fakeOperands{h: h, killed: true}
 	h.r.Operands, h.r.OperandNames = ops, []string{"dcgm-exporter"}
 	n := 0
 	h.r.Hooks.AfterOp = func(int, int, partition.Op) error {
@@ -149,9 +164,10 @@ func TestReconcileRestoresOperandsAfterACrash(t *testing.T) {
 	if _, err := h.r.Reconcile(context.Background(), Input{Config: f, Labels: h.labels, Now: h.now, Previous: h.prev}); err != nil {
 		t.Fatal(err)
 	}
-	// The crash: no restore ran (the fake restores, a killed agent would
-	// not), so put the node back as a kill leaves it.
-	h.labels[exporterLabel] = carvev1.OperandPaused
+	// The crash: the killed agent restored nothing.
+	if h.labels[exporterLabel] != carvev1.OperandPaused {
+		t.Fatalf("after the kill the label is %q, want it paused", h.labels[exporterLabel])
+	}
 
 	h.r = h.newReconciler()
 	restarted := &fakeOperands{h: h}
