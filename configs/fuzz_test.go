@@ -225,6 +225,9 @@ func marshalFile(f *File) ([]byte, error) {
 			if w.NodeSelector != nil {
 				m[fieldNodeSelector] = w.NodeSelector
 			}
+			if w.Rollout != nil {
+				m[fieldRollout] = rolloutDoc(*w.Rollout)
+			}
 			windows = append(windows, m)
 		}
 		doc[fieldWindows] = windows
@@ -237,7 +240,17 @@ func marshalFile(f *File) ([]byte, error) {
 		doc[fieldMaintenance] = maint
 	}
 	doc[fieldDrain] = map[string]any{fieldPolicy: string(f.Drain.Policy), fieldTimeout: f.Drain.Timeout.String()}
+	doc[fieldRollout] = rolloutDoc(f.Rollout)
 	return yaml.Marshal(doc)
+}
+
+// rolloutDoc writes a rollout section back as YAML values.
+func rolloutDoc(r Rollout) map[string]any {
+	var bound any = r.MaxUnavailable.N
+	if r.MaxUnavailable.Percent {
+		bound = r.MaxUnavailable.String()
+	}
+	return map[string]any{fieldMaxUnavailable: bound, fieldMaxFailures: r.MaxFailures}
 }
 
 // checkMIGFits checks the MIG sets of every profile that validates, with

@@ -58,7 +58,8 @@ const (
 // value ranges, cron schedules, time zones, references to profiles, and GPU
 // index lists. It reports every problem at once as an *Error; on error the
 // returned File is nil. Defaults are filled in: time zones "UTC", drain
-// policy wait, drain timeout 30m.
+// policy wait, drain timeout 30m, rollout DefaultRollout (a window's own
+// rollout takes the fields it does not give from the file's).
 func Parse(data []byte) (*File, error) {
 	var ps problems
 	j, err := yaml.YAMLToJSONStrict(data)
@@ -200,12 +201,12 @@ func (d *decoder) list(path string, v any) ([]any, bool) {
 }
 
 func (d *decoder) file(tree any) *File {
-	f := &File{Drain: Drain{Policy: DrainWait, Timeout: DefaultDrainTimeout}}
+	f := &File{Drain: Drain{Policy: DrainWait, Timeout: DefaultDrainTimeout}, Rollout: DefaultRollout}
 	if tree == nil {
 		d.ps.add("", "the file is empty; want at least version: %s and profiles", Version)
 		return f
 	}
-	m, ok := d.fields("", tree, fieldVersion, fieldDefaultProfile, fieldProfiles, fieldRules, fieldWindows, fieldMaintenance, fieldDrain)
+	m, ok := d.fields("", tree, fieldVersion, fieldDefaultProfile, fieldProfiles, fieldRules, fieldWindows, fieldMaintenance, fieldDrain, fieldRollout)
 	if !ok {
 		return f
 	}
@@ -231,8 +232,11 @@ func (d *decoder) file(tree any) *File {
 	if raw, ok := m[fieldRules]; ok {
 		f.Rules = d.rules(fieldRules, raw)
 	}
+	if raw, ok := m[fieldRollout]; ok {
+		f.Rollout = d.rollout(fieldRollout, raw).over(DefaultRollout)
+	}
 	if raw, ok := m[fieldWindows]; ok {
-		f.Windows = d.windows(fieldWindows, raw)
+		f.Windows = d.windows(fieldWindows, raw, f.Rollout)
 	}
 	if raw, ok := m[fieldMaintenance]; ok {
 		f.Maintenance = d.maintenance(fieldMaintenance, raw)
@@ -581,7 +585,7 @@ func (d *decoder) selector(path string, v any, required bool) map[string]string 
 	return out
 }
 
-func (d *decoder) windows(path string, v any) []Window {
+func (d *decoder) windows(path string, v any, rollout Rollout) []Window {
 	l, ok := d.list(path, v)
 	if !ok {
 		return nil
@@ -590,7 +594,7 @@ func (d *decoder) windows(path string, v any) []Window {
 	names := make(map[string]int, len(l))
 	for i, raw := range l {
 		p := textfmt.Item(path, i)
-		m, ok := d.fields(p, raw, fieldName, fieldSchedule, fieldDuration, fieldTimeZone, fieldNodeSelector, fieldProfile)
+		m, ok := d.fields(p, raw, fieldName, fieldSchedule, fieldDuration, fieldTimeZone, fieldNodeSelector, fieldProfile, fieldRollout)
 		if !ok {
 			continue
 		}
@@ -613,6 +617,10 @@ func (d *decoder) windows(path string, v any) []Window {
 			w.NodeSelector = d.selector(textfmt.Field(p, fieldNodeSelector), sel, false)
 		}
 		w.Profile = d.profileRef(p, m)
+		if raw, ok := m[fieldRollout]; ok {
+			r := d.rollout(textfmt.Field(p, fieldRollout), raw).over(rollout)
+			w.Rollout = &r
+		}
 	}
 	return out
 }

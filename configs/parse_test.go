@@ -48,6 +48,9 @@ maintenance:                  # when disruptive changes may run; absent = any ti
 drain:
   policy: wait                # wait | evict | fail, for pods holding devices a change removes
   timeout: 30m
+rollout:                      # how many nodes may be in a disruptive change at once
+  maxUnavailable: 1           # a count or a percentage ("10%"); default 1
+  maxFailures: 1              # failed nodes on this revision that halt further disruptive changes
 `
 
 // ignoreSchedule leaves the compiled schedule of a Recurrence (and so of a
@@ -93,6 +96,7 @@ func TestParseSpecExample(t *testing.T) {
 		}},
 		Maintenance: []Recurrence{{Schedule: "0 2 * * *", Duration: 2 * time.Hour, TimeZone: "UTC"}},
 		Drain:       Drain{Policy: DrainWait, Timeout: 30 * time.Minute},
+		Rollout:     Rollout{MaxUnavailable: Bound{N: 1}, MaxFailures: 1},
 	}
 	if diff := cmp.Diff(want, f, ignoreSchedule); diff != "" {
 		t.Errorf("Parse(spec example) mismatch (-want +got):\n%s", diff)
@@ -195,7 +199,7 @@ profiles:
 `, []string{"profiles.balanced[0].timeslicing: unknown field (did you mean timeSlicing?)"}},
 		{"unknown top-level field", base + "defaultprofile: full\nextra: 1\n", []string{
 			"defaultprofile: unknown field (did you mean defaultProfile?)",
-			"extra: unknown field (known fields here: version, defaultProfile, profiles, rules, windows, maintenance, drain)",
+			"extra: unknown field (known fields here: version, defaultProfile, profiles, rules, windows, maintenance, drain, rollout)",
 		}},
 		{"unknown field deep in windows", base + `windows:
   - name: w

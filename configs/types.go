@@ -64,6 +64,9 @@ type File struct {
 	Maintenance []Recurrence
 	// Drain says how pods that hold devices a change removes are handled.
 	Drain Drain
+	// Rollout bounds the disruptive changes across the nodes that read the
+	// file; Parse sets DefaultRollout where the file gives none.
+	Rollout Rollout
 	// ProfileLabel is the node label that pins a profile (see Select); ""
 	// means carve.dev/profile. It is not part of the file: carve-agent's
 	// --profile-label sets it, e.g. to nvidia.com/mig.config for nodes
@@ -193,6 +196,9 @@ type Window struct {
 	NodeSelector map[string]string
 	// Profile is the profile in force while the window is active.
 	Profile string
+	// Rollout, when not nil, is the rollout for the changes the window
+	// causes, in place of the file's (see File.RolloutFor).
+	Rollout *Rollout
 }
 
 // Drain says how pods holding devices that a change removes are handled.
