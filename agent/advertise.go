@@ -20,6 +20,7 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("reconcile: resources: %w", err)
 	}
+	p.withholdLost()
 	res = res.Without(p.hide)
 	if err := p.r.Devices.Update(p.ctx, res); err != nil {
 		p.raise(carvev1.StateFailed)
@@ -34,6 +35,7 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 	if p.state == "" {
 		p.state = carvev1.StateSuccess
 	}
+	p.releaseSlot()
 	out := Result{
 		State:         p.state,
 		Selection:     p.sel,
@@ -85,8 +87,8 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 		pinLabel = p.in.Config.PinLabel()
 	}
 	rec := carvev1.NodeRecord{
-		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, LastError: lastErr,
-		GPUs:   GPURecords(p.node.GPUs, res, p.sharing),
+		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, LastError: lastErr, Waiting: p.waitReason,
+		GPUs:   p.markWithheld(GPURecords(p.node.GPUs, res, p.sharing)),
 		Labels: slices.Sorted(maps.Keys(labels)),
 	}
 	return labels, carvev1.Next(p.in.Previous, rec, p.in.Now)

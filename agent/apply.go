@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -30,12 +31,12 @@ func (p *pass) apply() (bool, error) {
 		p.done = p.target()
 	}
 	p.sharing = p.want.Sharing
-	if applied := p.r.applied; applied != nil && len(p.blocked)+len(p.waiting) > 0 {
+	if applied := p.r.applied; applied != nil && len(p.blocked)+len(p.waiting)+len(p.queued) > 0 {
 		p.sharing = maps.Clone(p.want.Sharing)
 		for _, gp := range p.blocked {
 			p.sharing[gp.Index] = applied.sharing[gp.Index]
 		}
-		for _, i := range p.waiting {
+		for _, i := range slices.Concat(p.waiting, p.queued) {
 			p.sharing[i] = applied.sharing[i]
 		}
 	}

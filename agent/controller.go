@@ -25,6 +25,7 @@ import (
 	"github.com/carve-dev/carve/internal/textfmt"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
+	"github.com/carve-dev/carve/rollout"
 )
 
 // ConfigKey is the key of the profile file in the ConfigMap.
@@ -186,7 +187,7 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 		return time.Time{}, fmt.Errorf("node %s: unexpected object %T", c.NodeName, obj)
 	}
 	in := Input{Labels: node.Labels, Now: c.now()}
-	in.Config, in.ConfigErr = c.loadConfig(cms)
+	in.Config, in.Revision, in.ConfigErr = c.loadConfig(cms)
 	if s, ok := node.Annotations[carvev1.AnnotationRecord]; ok {
 		if rec, err := carvev1.DecodeNodeRecord(s); err == nil {
 			in.Previous = &rec
@@ -200,6 +201,10 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 		return time.Time{}, err
 	}
 	for _, ev := range res.Events {
+		if ev.OnConfigMap {
+			c.emitOnConfigMap(cms, ev)
+			continue
+		}
 		c.emit(node, ev)
 	}
 	enc, err := res.Annotation.Encode()
@@ -221,8 +226,8 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 	return res.Requeue, nil
 }
 
-// loadConfig reads and parses the profile file from the ConfigMap cache.
-func (c *Controller) loadConfig(cms cache.Store) (*configs.File, error) {
+// configMap returns the profile ConfigMap from the cache.
+func (c *Controller) configMap(cms cache.Store) (*corev1.ConfigMap, error) {
 	key := c.ConfigMapNamespace + "/" + c.ConfigMapName
 	obj, ok, err := cms.GetByKey(key)
 	switch {
@@ -235,16 +240,27 @@ func (c *Controller) loadConfig(cms cache.Store) (*configs.File, error) {
 	if !ok {
 		return nil, fmt.Errorf("ConfigMap %s: unexpected object %T", key, obj)
 	}
+	return cm, nil
+}
+
+// loadConfig reads and parses the profile file from the ConfigMap cache,
+// and names its revision.
+func (c *Controller) loadConfig(cms cache.Store) (*configs.File, string, error) {
+	cm, err := c.configMap(cms)
+	if err != nil {
+		return nil, "", err
+	}
+	key := c.ConfigMapNamespace + "/" + c.ConfigMapName
 	data, ok := cm.Data[ConfigKey]
 	if !ok {
-		return nil, fmt.Errorf("ConfigMap %s has no key %s", key, ConfigKey)
+		return nil, "", fmt.Errorf("ConfigMap %s has no key %s", key, ConfigKey)
 	}
 	f, err := configs.Parse([]byte(data))
 	if err != nil {
-		return nil, fmt.Errorf("ConfigMap %s key %s: %w", key, ConfigKey, err)
+		return nil, "", fmt.Errorf("ConfigMap %s key %s: %w", key, ConfigKey, err)
 	}
 	f.ProfileLabel = c.ProfileLabel
-	return f, nil
+	return f, rollout.Revision(data), nil
 }
 
 func (c *Controller) emit(node *corev1.Node, ev Event) {
@@ -256,6 +272,20 @@ func (c *Controller) emit(node *corev1.Node, ev Event) {
 		typ = corev1.EventTypeWarning
 	}
 	c.Events.Event(node, typ, ev.Reason, ev.Message)
+}
+
+// emitOnConfigMap emits an Event on the profile ConfigMap, naming this
+// node.
+func (c *Controller) emitOnConfigMap(cms cache.Store, ev Event) {
+	cm, err := c.configMap(cms)
+	if err != nil || c.Events == nil {
+		return
+	}
+	typ := corev1.EventTypeNormal
+	if ev.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	c.Events.Event(cm, typ, ev.Reason, "node "+c.NodeName+": "+ev.Message)
 }
 
 // RecordApplying sets carve.dev/state to applying alone, while an apply

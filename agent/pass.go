@@ -41,6 +41,10 @@ type pass struct {
 	// indices) wait for a maintenance window.
 	ready, blocked []partition.GPUPlan
 	waiting        []int
+	// queued are the GPU indices whose disruptive changes wait for a
+	// rollout slot; waitReason says what the pending node waits for.
+	queued     []int
+	waitReason string
 
 	// state is the worst state found so far ("" until one is found).
 	state   string
@@ -70,6 +74,7 @@ func (r *Reconciler) begin(ctx context.Context, in Input) (*pass, error) {
 		return nil, fmt.Errorf("reconcile: read GPUs: %w", err)
 	}
 	p.node = node
+	p.findLost()
 	p.sharing = r.appliedSharing()
 	return p, nil
 }

@@ -63,6 +63,7 @@ func (p *pass) order() (bool, error) {
 		if !maintNext.IsZero() {
 			when = "the next maintenance window starts at " + maintNext.UTC().Format(time.RFC3339)
 		}
+		p.waitingFor("a maintenance window for %s: %s", textfmt.GPUs(p.waiting), when)
 		p.event(false, carvev1.ReasonPending, "profile %s: disruptive changes on %s wait for a maintenance window; %s",
 			p.sel.Profile, textfmt.GPUs(p.waiting), when)
 	}

@@ -49,6 +49,9 @@ type Event struct {
 	Reason string
 	// Message says what happened.
 	Message string
+	// OnConfigMap emits the Event on the profile ConfigMap instead of the
+	// Node: it concerns every node that reads the file.
+	OnConfigMap bool
 }
 
 // Input is what one reconcile works from.
@@ -64,6 +67,9 @@ type Input struct {
 	// Previous is the node record the node carries, nil when none (or
 	// unreadable).
 	Previous *carvev1.NodeRecord
+	// Revision names the profile file's content (rollout.Revision): the
+	// failure budget of a rollout is per revision.
+	Revision string
 }
 
 // Result is what one reconcile did and what the caller should record.
@@ -139,12 +145,21 @@ type Reconciler struct {
 	// OperandNames are the operands Operands pauses, where the node has
 	// their deploy labels ("dcgm-exporter", ...).
 	OperandNames []string
+	// Rollout bounds how many nodes are in a disruptive change at once;
+	// nil bounds nothing.
+	Rollout Rollout
+	// SlotRetry is how often a change waiting for a rollout slot asks
+	// again; default DefaultSlotRetry.
+	SlotRetry time.Duration
 
 	started bool
 	// intent is true while a checkpoint may be on disk: one found at start
 	// or written by an apply, removed once the node is as wanted.
 	intent  bool
 	applied *appliedState
+	// startup holds back GPUs that lost their partition until the
+	// profile in force is realised on them (startup.go).
+	startup startupState
 	// paused are the operand labels this agent paused (or found paused in
 	// the checkpoint of an interrupted apply) with the values to restore.
 	paused     map[string]string
@@ -166,7 +181,8 @@ type drainState struct {
 
 // Reconcile does one reconcile pass, step by step: select the profile in
 // force, plan it with the devices in use, order the GPUs' changes (a
-// disruptive one waits for a maintenance window), withdraw the devices that
+// disruptive one waits for a maintenance window), take a rollout slot for
+// the disruptive ones (they wait without one), withdraw the devices that
 // will go and plan again, apply the drain policy to changes that devices in
 // use block, apply the rest with checkpoints, and advertise and record the
 // result.
@@ -186,7 +202,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
 		return Result{}, err
 	}
 	for _, step := range []func() (more bool, err error){
-		p.selectProfile, p.plan, p.order, p.withdrawAndReplan, p.drain, p.apply,
+		p.selectProfile, p.plan, p.order, p.takeSlot, p.withdrawAndReplan, p.drain, p.apply,
 	} {
 		more, err := step()
 		if err != nil {

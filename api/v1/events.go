@@ -42,6 +42,15 @@ const (
 	// ReasonPending (Normal): a disruptive change waits for a maintenance
 	// window.
 	ReasonPending = "WaitingForMaintenance"
+	// ReasonRolloutQueued (Normal): a disruptive change waits for a
+	// rollout slot, since as many nodes as rollout.maxUnavailable allows
+	// are in one.
+	ReasonRolloutQueued = "RolloutQueued"
+	// ReasonRolloutHalted (Warning, on the Node that waits and on the
+	// profile ConfigMap): as many nodes as rollout.maxFailures allows
+	// failed on this revision of the profile file; no further node starts
+	// a disruptive change until the file changes.
+	ReasonRolloutHalted = "RolloutHalted"
 	// ReasonRebootRequired (Warning): a MIG mode change needs a GPU reset
 	// that cannot happen now.
 	ReasonRebootRequired = "RebootRequired"
@@ -56,4 +65,10 @@ const (
 	// ReasonCheckpointFailed (Warning): the checkpoint could not be
 	// removed after an apply.
 	ReasonCheckpointFailed = "CheckpointFailed"
+	// ReasonPartitionLost (Warning): GPUs advertise nothing until the
+	// profile in force is realised on them, because they lost the
+	// partition the node record lists (MIG instances gone, as after a
+	// reboot) or are new to the agent (a node or GPU without a record)
+	// and do not hold that profile's layout yet.
+	ReasonPartitionLost = "PartitionLost"
 )

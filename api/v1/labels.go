@@ -162,3 +162,17 @@ func LabelValue(s string) string {
 func isAlnum(c rune) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
+
+// Labels and annotations of the rollout Leases in the profile ConfigMap's
+// namespace (see package rollout).
+const (
+	// LeaseLabelKind is the kind of a rollout Lease: slot, member or
+	// failure.
+	LeaseLabelKind = "carve.dev/rollout"
+	// LeaseLabelConfigMap is the name of the profile ConfigMap a rollout
+	// Lease belongs to.
+	LeaseLabelConfigMap = "carve.dev/config-map"
+	// LeaseAnnotationRevision is the revision of the profile file a slot
+	// was taken for, or a failure happened on.
+	LeaseAnnotationRevision = "carve.dev/revision"
+)

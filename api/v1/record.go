@@ -35,6 +35,9 @@ type NodeRecord struct {
 	LastTransition string `json:"lastTransition"`
 	// LastError is the error of the last reconcile, "" when it succeeded.
 	LastError string `json:"lastError,omitempty"`
+	// Waiting says what a pending node waits for (a maintenance window, a
+	// rollout slot), "" when it waits for nothing.
+	Waiting string `json:"waiting,omitempty"`
 	// GPUs are the node's GPUs, by index.
 	GPUs []GPURecord `json:"gpus"`
 	// Labels are the keys of the node labels carve wrote, sorted. carve
@@ -77,7 +80,23 @@ type GPURecord struct {
 	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
 	// Instances are the MIG instances, by placement.
 	Instances []InstanceRecord `json:"instances,omitempty"`
+	// NotAdvertised says why none of the GPU's devices is advertised
+	// (NotAdvertisedLost, NotAdvertisedNew), "" while the GPU is
+	// advertised as usual. Such a GPU waits for the profile in force to be
+	// realised on it; an agent that starts and finds this set keeps the
+	// GPU unadvertised until then.
+	NotAdvertised string `json:"notAdvertised,omitempty"`
 }
+
+// Values of GPURecord.NotAdvertised.
+const (
+	// NotAdvertisedLost: MIG instances the GPU held are gone, as after a
+	// reboot.
+	NotAdvertisedLost = "partition lost"
+	// NotAdvertisedNew: no node record listed the GPU (a new node, or a
+	// replaced GPU) and it does not hold the profile in force's layout.
+	NotAdvertisedNew = "not yet partitioned"
+)
 
 // InstanceRecord is one MIG instance in the NodeRecord.
 type InstanceRecord struct {

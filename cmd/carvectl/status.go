@@ -85,6 +85,9 @@ type nodeStatus struct {
 	Record *carvev1.NodeRecord `json:"partition,omitempty"`
 	// AnnotationError says why the annotation could not be decoded.
 	AnnotationError string `json:"annotationError,omitempty"`
+	// Rollout is the node's part in the rollout: "slot" while it holds
+	// one, "failed" when it failed on the file's revision.
+	Rollout string `json:"rollout,omitempty"`
 }
 
 func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFunc) error {
@@ -93,6 +96,7 @@ func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFu
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
 	output := fs.String("o", "table", "output format: table or json")
 	selector := fs.String("selector", "", "label selector for the nodes, e.g. pool=inference")
+	configMap := fs.String("config-map", "carve-system/carve-profiles", "namespace/name of the profile ConfigMap whose rollout to show")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -107,37 +111,68 @@ func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFu
 			return fmt.Errorf("--selector %q: %w", *selector, err)
 		}
 	}
+	ns, name, ok := strings.Cut(*configMap, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("--config-map %q: want namespace/name", *configMap)
+	}
 	cs, host, err := newClient(*kubeconfig)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
-	return status(ctx, cs, host, *selector, *output, stdout)
+	return status(ctx, cs, host, statusQuery{selector: *selector, output: *output, namespace: ns, configMap: name, now: time.Now()}, stdout)
 }
 
-// status lists the GPU nodes matching selector through cs and prints them
-// as a table or as JSON. host names the API server in errors.
-func status(ctx context.Context, cs kubernetes.Interface, host, selector, output string, w io.Writer) error {
-	rows, err := nodeStatuses(ctx, cs, selector)
+// statusQuery is what carvectl status shows: the nodes matching selector,
+// the rollout of the ConfigMap namespace/configMap at now, as output
+// (table or json).
+type statusQuery struct {
+	selector, output     string
+	namespace, configMap string
+	now                  time.Time
+}
+
+// status lists the GPU nodes matching the query through cs and prints them
+// as a table or as JSON, each with its part in the rollout, and under the
+// table the rollout itself. host names the API server in errors.
+func status(ctx context.Context, cs kubernetes.Interface, host string, q statusQuery, w io.Writer) error {
+	rows, err := nodeStatuses(ctx, cs, q.selector)
 	if err != nil {
 		if host == "" {
 			host = "the API server"
 		}
 		return fmt.Errorf("list nodes from %s: %w", host, err)
 	}
-	if output == "json" {
+	ro := rolloutOf(ctx, cs, q.namespace, q.configMap, q.now)
+	for i := range rows {
+		rows[i].Rollout = ro.partOf(rows[i].Node)
+	}
+	if q.output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tRESOURCES\tLAST ERROR")
+	fmt.Fprintln(tw, "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tROLLOUT\tRESOURCES\tLAST ERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned),
-			orDash(r.Applied), orDash(r.State), orDash(compactResources(r.Resources)), orDash(textfmt.OneLine(r.LastError)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned),
+			orDash(r.Applied), orDash(r.State), orDash(r.Rollout), orDash(compactResources(r.Resources)), orDash(textfmt.OneLine(lastWord(r))))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	ro.write(w, q.now)
+	return nil
+}
+
+// lastWord is the LAST ERROR column: the last error, or what a node that
+// is fine waits for.
+func lastWord(r nodeStatus) string {
+	if r.LastError == "" && r.Record != nil && r.Record.Waiting != "" {
+		return "waiting for " + r.Record.Waiting
+	}
+	return r.LastError
 }
 
 // nodeStatuses lists the nodes matching selector and returns the GPU nodes

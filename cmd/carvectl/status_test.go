@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -144,10 +145,11 @@ func TestStatusTable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := fake.NewClientset(statusNodes(t)...)
 			var out strings.Builder
-			if err := status(context.Background(), cs, "https://test", tc.selector, "table", &out); err != nil {
+			if err := status(context.Background(), cs, "https://test", statusQuery{selector: tc.selector, output: "table", namespace: "carve-system", configMap: "carve-profiles", now: time.Now()}, &out); err != nil {
 				t.Fatal(err)
 			}
-			lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+			table, _, _ := strings.Cut(out.String(), "\n\nRollout of ")
+			lines := strings.Split(strings.TrimRight(table, "\n"), "\n")
 			if !strings.HasPrefix(lines[0], "NODE") {
 				t.Errorf("header: %q", lines[0])
 			}
@@ -192,7 +194,7 @@ func TestStatusTable(t *testing.T) {
 func TestStatusJSON(t *testing.T) {
 	cs := fake.NewClientset(statusNodes(t)...)
 	var out strings.Builder
-	if err := status(context.Background(), cs, "https://test", "", "json", &out); err != nil {
+	if err := status(context.Background(), cs, "https://test", statusQuery{output: "json", namespace: "carve-system", configMap: "carve-profiles", now: time.Now()}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var rows []nodeStatus

@@ -31,6 +31,13 @@
 // the GPU or one of its MIG devices (Machine.SetBusy) and with
 // ErrNotSupported on GPUs marked reboot-only (Machine.SetRebootOnly).
 //
+// A reboot (Machine.Reboot, or RebootStateFile on a state file no machine
+// has open) also ends every process holding a device, and keeps each GPU's
+// MIG mode: a GPU in MIG mode comes back in MIG mode with no instances, as
+// NVIDIA documents for Ampere GPUs and the simulator assumes for all. A GPU
+// marked with Machine.SetMIGModeVolatile comes back with MIG disabled, as
+// on platforms that do not keep the mode (vGPU hosts).
+//
 // # State file, format version 1
 //
 // Open keeps the MIG state in a JSON file, replaced atomically after every
@@ -66,17 +73,19 @@
 // factory state (MIG disabled, no instances). Per GPU: model (checked when
 // given); uuid (informational); migMode and pendingMIGMode ("enabled" or
 // "disabled", absent for GPUs without MIG; a missing pending mode equals
-// the current one); rebootOnly; instances with giID (>= 1), profile name
-// and/or profileID, placement (a size of 0 means the profile's) and cis
-// with id (>= 0), computeSlices (0 means the whole GPU instance) and uuid
-// (informational). Reading replays every instance through the geometry
+// the current one); rebootOnly; migModeVolatile (MIG-capable GPUs only);
+// instances with giID (>= 1), profile name and/or profileID, placement (a
+// size of 0 means the profile's) and cis with id (>= 0), computeSlices (0
+// means the whole GPU instance) and uuid (informational). Reading replays every instance through the geometry
 // checks, so a hand-written file cannot describe an impossible layout.
 // Unknown fields are errors. Busy marks and faults are not saved.
 //
 // # Test and fault API
 //
-// Machine.SetBusy, SetRebootOnly, Reboot, InjectFault/ClearFaults,
-// RaiseXID, OpLog/ResetOpLog and CreateComputeInstanceSlices let tests
-// create in-use devices, VMs, failures, XID errors and foreign layouts, and
-// check which mutating calls were made.
+// Machine.SetBusy, SetRebootOnly, SetMIGModeVolatile, Reboot,
+// InjectFault/ClearFaults, RaiseXID, OpLog/ResetOpLog and
+// CreateComputeInstanceSlices let tests create in-use devices, VMs,
+// reboots, failures, XID errors and foreign layouts, and check which
+// mutating calls were made; RebootStateFile reboots the machine of a state
+// file between two runs of an agent.
 package sim

@@ -18,8 +18,9 @@ import (
 // for concurrent use.
 //
 // Besides the NVML calls, Machine has a test and fault API: SetBusy,
-// SetRebootOnly, Reboot, InjectFault, ClearFaults, RaiseXID, OpLog,
-// ResetOpLog and CreateComputeInstanceSlices. These work without Init.
+// SetRebootOnly, SetMIGModeVolatile, Reboot, InjectFault, ClearFaults,
+// RaiseXID, OpLog, ResetOpLog and CreateComputeInstanceSlices. These work
+// without Init.
 type Machine struct {
 	spec Spec
 	// statePath is where the state is written after each change; "" keeps
@@ -49,6 +50,9 @@ type gpuState struct {
 	current     partition.MIGMode
 	pending     partition.MIGMode
 	rebootOnly  bool
+	// migVolatile marks a GPU whose MIG mode a reboot turns off (see
+	// Machine.SetMIGModeVolatile).
+	migVolatile bool
 	// busy marks a process holding the whole GPU.
 	busy bool
 	gis  map[int]*giState
@@ -536,25 +540,6 @@ func (m *Machine) SetRebootOnly(gpu int, rebootOnly bool) error {
 	if err := m.persist(); err != nil {
 		g.rebootOnly = was
 		return fmt.Errorf("GPU %d: set reboot-only: change undone: %w", gpu, err)
-	}
-	return nil
-}
-
-// Reboot reboots the machine: every pending MIG mode becomes current, all
-// processes end, and the MIG instances are gone, as on real GPUs. Open
-// event sets and Init stay as they are, and the op log records nothing.
-func (m *Machine) Reboot() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	saved := make([]*gpuState, len(m.gpus))
-	for i, g := range m.gpus {
-		saved[i] = g.clone()
-		g.applyPending()
-		g.busy = false
-	}
-	if err := m.persist(); err != nil {
-		m.gpus = saved
-		return fmt.Errorf("reboot: undone: %w", err)
 	}
 	return nil
 }

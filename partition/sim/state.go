@@ -46,6 +46,9 @@ type GPUState struct {
 	PendingMIGMode string `json:"pendingMIGMode,omitempty"`
 	// RebootOnly marks a GPU that only a reboot can reset.
 	RebootOnly bool `json:"rebootOnly,omitempty"`
+	// MIGModeVolatile marks a GPU whose MIG mode a reboot turns off
+	// (Machine.SetMIGModeVolatile); only for GPUs with MIG.
+	MIGModeVolatile bool `json:"migModeVolatile,omitempty"`
 	// Instances are the GPU instances, in ID order.
 	Instances []InstanceState `json:"instances,omitempty"`
 }
@@ -87,7 +90,7 @@ func (m *Machine) Snapshot() State {
 func (m *Machine) snapshot() State {
 	st := State{Version: StateVersion, Machine: m.spec.Name, GPUs: make([]GPUState, len(m.gpus))}
 	for i, g := range m.gpus {
-		gs := GPUState{Index: i, Model: g.model.Key, UUID: g.uuid, RebootOnly: g.rebootOnly}
+		gs := GPUState{Index: i, Model: g.model.Key, UUID: g.uuid, RebootOnly: g.rebootOnly, MIGModeVolatile: g.migVolatile}
 		if g.migCapable() {
 			gs.MIGMode, gs.PendingMIGMode = g.current.String(), g.pending.String()
 		}
@@ -290,8 +293,9 @@ func restoreGPU(s Spec, g *gpuState, gs GPUState) error {
 		return fmt.Errorf("GPU %d: model %s, the machine has %s: %w", g.index, gs.Model, g.model.Key, partition.ErrInvalidArgument)
 	}
 	g.rebootOnly = gs.RebootOnly
+	g.migVolatile = gs.MIGModeVolatile
 	if !g.migCapable() {
-		if isEnabled(gs.MIGMode) || isEnabled(gs.PendingMIGMode) || len(gs.Instances) > 0 {
+		if isEnabled(gs.MIGMode) || isEnabled(gs.PendingMIGMode) || len(gs.Instances) > 0 || gs.MIGModeVolatile {
 			return fmt.Errorf("GPU %d: %s has no MIG: %w", g.index, g.model.Product, partition.ErrNotSupported)
 		}
 		return nil

@@ -21,6 +21,7 @@ import (
 var agentRules = map[string][]rbacv1.PolicyRule{
 	"Role": {
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{profilesCM}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
 	},
 	"ClusterRole": {
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}},
@@ -124,6 +125,11 @@ func agentNeeds(node string) []access {
 		{"patch", "", "events", "", "default", ""},
 		{"create", "", "pods", "eviction", "default", "some-pod"},
 		{"list", "", "pods", "", "", ""},
+		{"list", "coordination.k8s.io", "leases", "", deployNS, ""},
+		{"create", "coordination.k8s.io", "leases", "", deployNS, ""},
+		{"update", "coordination.k8s.io", "leases", "", deployNS, "carve-rollout-carve-profiles-0"},
+		{"delete", "coordination.k8s.io", "leases", "", deployNS, "carve-rollout-carve-profiles-0"},
+		{"get", "coordination.k8s.io", "leases", "", deployNS, "carve-member-carve-profiles-" + node},
 	}
 }
 
@@ -154,6 +160,11 @@ func agentMustNot(node string) []access {
 		{"delete", "", "events", "", "default", ""},
 		{"create", "events.k8s.io", "events", "", "default", ""},
 		{"create", "", "serviceaccounts", "token", deployNS, deploySA},
+		{"create", "coordination.k8s.io", "leases", "", "kube-node-lease", ""},
+		{"update", "coordination.k8s.io", "leases", "", "kube-system", "kube-scheduler"},
+		{"list", "coordination.k8s.io", "leases", "", "", ""},
+		{"watch", "coordination.k8s.io", "leases", "", deployNS, ""},
+		{"patch", "coordination.k8s.io", "leases", "", deployNS, "carve-rollout-carve-profiles-0"},
 	}
 }
 

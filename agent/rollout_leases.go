@@ -1,0 +1,446 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/kubernetes"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/rollout"
+)
+
+// Defaults of a LeaseRollout.
+const (
+	// DefaultSlotDuration is how long a slot holds without renewal: an
+	// agent that dies holding one loses it this long after its last
+	// renewal. The holder renews it every third of it.
+	DefaultSlotDuration = 15 * time.Second
+	// DefaultMemberDuration is how long a member Lease counts its node
+	// without renewal; the agent renews it every third of it.
+	DefaultMemberDuration = 30 * time.Minute
+	// memberCacheFor is how long Acquire reuses the members it listed: a
+	// percentage needs the count of nodes, which changes slowly.
+	memberCacheFor = 30 * time.Second
+)
+
+// LeaseRollout is Rollout over coordination.k8s.io Leases in the profile
+// ConfigMap's namespace, all labelled with the ConfigMap's name and their
+// kind (package rollout): slots, taken by create or by an update that
+// names the resourceVersion it read, so that two agents never hold one;
+// a member Lease per agent, renewed by Run, to count the nodes a
+// percentage is of; and a failure Lease per node whose change failed,
+// naming the file's revision.
+type LeaseRollout struct {
+	// Client talks to the API server.
+	Client kubernetes.Interface
+	// Namespace and ConfigMap name the profile ConfigMap.
+	Namespace, ConfigMap string
+	// Node is this agent's node.
+	Node string
+	// SlotDuration and MemberDuration default to DefaultSlotDuration and
+	// DefaultMemberDuration.
+	SlotDuration, MemberDuration time.Duration
+	// Clock defaults to time.Now.
+	Clock func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+
+	mu        sync.Mutex
+	held      *coordinationv1.Lease
+	stopRenew context.CancelFunc
+	renewDone chan struct{}
+	// failure is the failure Lease this node wrote; failureKnown is set
+	// once it is known whether there is one.
+	failure      *coordinationv1.Lease
+	failureKnown bool
+	members      []rollout.Lease
+	membersAt    time.Time
+}
+
+func (l *LeaseRollout) now() time.Time {
+	if l.Clock == nil {
+		return time.Now()
+	}
+	return l.Clock()
+}
+
+func (l *LeaseRollout) logger() *slog.Logger {
+	if l.Logger == nil {
+		return slog.Default()
+	}
+	return l.Logger
+}
+
+// slotDuration is the slot's duration in whole seconds, as a Lease keeps
+// it: at least one.
+func (l *LeaseRollout) slotDuration() time.Duration {
+	if l.SlotDuration > 0 {
+		return max(l.SlotDuration.Truncate(time.Second), time.Second)
+	}
+	return DefaultSlotDuration
+}
+
+func (l *LeaseRollout) memberDuration() time.Duration {
+	if l.MemberDuration > 0 {
+		return max(l.MemberDuration.Truncate(time.Second), time.Second)
+	}
+	return DefaultMemberDuration
+}
+
+// selector selects this file's Leases of the given kinds.
+func (l *LeaseRollout) selector(kinds ...string) string {
+	cm, _ := labels.NewRequirement(carvev1.LeaseLabelConfigMap, selection.Equals, []string{rollout.LabelValue(l.ConfigMap)})
+	kind, _ := labels.NewRequirement(carvev1.LeaseLabelKind, selection.In, kinds)
+	return labels.NewSelector().Add(*cm, *kind).String()
+}
+
+// list lists this file's Leases of the given kinds from the API server's
+// cache (resourceVersion 0: a slot is taken by a create or a conditional
+// update, so a stale list can lose a race but never double-book).
+func (l *LeaseRollout) list(ctx context.Context, kinds ...string) ([]coordinationv1.Lease, error) {
+	list, err := l.Client.CoordinationV1().Leases(l.Namespace).List(ctx, metav1.ListOptions{LabelSelector: l.selector(kinds...), ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("list rollout Leases in %s: %w", l.Namespace, err)
+	}
+	return list.Items, nil
+}
+
+// Acquire implements Rollout.
+func (l *LeaseRollout) Acquire(ctx context.Context, policy configs.Rollout, revision string) (rollout.Decision, error) {
+	raw, err := l.list(ctx, rollout.KindSlot, rollout.KindFailure)
+	if err != nil {
+		return rollout.Decision{}, err
+	}
+	leases := make([]rollout.Lease, 0, len(raw))
+	for i := range raw {
+		leases = append(leases, leaseView(&raw[i]))
+	}
+	if policy.MaxUnavailable.Percent {
+		members, err := l.memberLeases(ctx)
+		if err != nil {
+			return rollout.Decision{}, err
+		}
+		leases = append(leases, members...)
+	}
+	now := l.now()
+	dec := rollout.Decide(leases, rollout.Request{Node: l.Node, Policy: policy, Revision: revision, Now: now},
+		func(i int) string { return rollout.SlotName(l.ConfigMap, i) })
+	if !dec.Granted {
+		return dec, nil
+	}
+	var existing *coordinationv1.Lease
+	for i := range raw {
+		if raw[i].Name == dec.Slot {
+			existing = &raw[i]
+		}
+	}
+	if dec.Held {
+		l.hold(existing)
+		return dec, nil
+	}
+	lease, err := l.take(ctx, dec.Slot, existing, revision, now)
+	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+		// Another node took it first: wait as for a held slot.
+		dec.Granted, dec.Slot = false, ""
+		return dec, nil
+	}
+	if err != nil {
+		return rollout.Decision{}, err
+	}
+	l.hold(lease)
+	return dec, nil
+}
+
+// take writes this node into the slot: a create when no Lease has the
+// name, else an update of the expired or released one it read.
+func (l *LeaseRollout) take(ctx context.Context, name string, existing *coordinationv1.Lease, revision string, now time.Time) (*coordinationv1.Lease, error) {
+	lease := existing.DeepCopy()
+	if lease == nil {
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace}}
+	}
+	lease.Labels = map[string]string{carvev1.LeaseLabelConfigMap: rollout.LabelValue(l.ConfigMap), carvev1.LeaseLabelKind: rollout.KindSlot}
+	lease.Annotations = map[string]string{carvev1.LeaseAnnotationRevision: revision}
+	t := metav1.NewMicroTime(now)
+	lease.Spec = coordinationv1.LeaseSpec{
+		HolderIdentity: new(l.Node), LeaseDurationSeconds: new(int32(l.slotDuration() / time.Second)),
+		AcquireTime: &t, RenewTime: &t,
+	}
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	if existing == nil {
+		return leases.Create(ctx, lease, metav1.CreateOptions{})
+	}
+	return leases.Update(ctx, lease, metav1.UpdateOptions{})
+}
+
+// hold records the slot Lease this node holds and keeps it renewed.
+func (l *LeaseRollout) hold(lease *coordinationv1.Lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lease == nil || (l.held != nil && l.held.Name == lease.Name) {
+		return
+	}
+	l.stopLocked()
+	l.held = lease.DeepCopy()
+	ctx, cancel := context.WithCancel(context.Background())
+	l.stopRenew, l.renewDone = cancel, make(chan struct{})
+	go l.renew(ctx, l.renewDone)
+}
+
+// renew renews the held slot every third of its duration until stopped,
+// or until another node holds it (it expired: this agent was too slow).
+func (l *LeaseRollout) renew(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(l.slotDuration() / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		lease := l.held.DeepCopy()
+		l.mu.Unlock()
+		lease.Spec.RenewTime = new(metav1.NewMicroTime(l.now()))
+		renewed, err := l.Client.CoordinationV1().Leases(l.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
+		if err != nil {
+			if ctx.Err() == nil {
+				l.logger().Warn("could not renew the rollout slot", "lease", lease.Name, "err", err)
+			}
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				l.mu.Lock()
+				l.held = nil
+				l.mu.Unlock()
+				return
+			}
+			continue
+		}
+		l.mu.Lock()
+		l.held = renewed
+		l.mu.Unlock()
+	}
+}
+
+// stopLocked stops renewing and waits for the renewer; l.mu is held.
+func (l *LeaseRollout) stopLocked() {
+	if l.stopRenew == nil {
+		return
+	}
+	l.stopRenew()
+	done := l.renewDone
+	l.stopRenew, l.renewDone = nil, nil
+	l.mu.Unlock()
+	<-done
+	l.mu.Lock()
+}
+
+// Holding implements Rollout.
+func (l *LeaseRollout) Holding() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held != nil
+}
+
+// Release implements Rollout: it deletes the slot Lease, on condition that
+// it is still the one this node took.
+func (l *LeaseRollout) Release(ctx context.Context) error {
+	l.mu.Lock()
+	l.stopLocked()
+	lease := l.held
+	l.held = nil
+	l.mu.Unlock()
+	if lease == nil {
+		return nil
+	}
+	err := l.Client.CoordinationV1().Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("release rollout slot %s: %w", lease.Name, err)
+	}
+	return nil
+}
+
+// Report implements Rollout.
+func (l *LeaseRollout) Report(ctx context.Context, policy configs.Rollout, revision string, failed bool) (bool, error) {
+	if failed {
+		if err := l.writeFailure(ctx, revision); err != nil {
+			return false, err
+		}
+		raw, err := l.list(ctx, rollout.KindFailure)
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for i := range raw {
+			if f := leaseView(&raw[i]); f.Revision == revision && f.Holder != l.Node {
+				n++
+			}
+		}
+		return n+1 >= policy.MaxFailures, nil
+	}
+	return false, l.clearFailure(ctx)
+}
+
+// writeFailure creates or updates this node's failure Lease.
+func (l *LeaseRollout) writeFailure(ctx context.Context, revision string) error {
+	name := rollout.FailureName(l.ConfigMap, l.Node)
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	now := metav1.NewMicroTime(l.now())
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace,
+			Labels:      map[string]string{carvev1.LeaseLabelConfigMap: rollout.LabelValue(l.ConfigMap), carvev1.LeaseLabelKind: rollout.KindFailure},
+			Annotations: map[string]string{carvev1.LeaseAnnotationRevision: revision}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: new(l.Node), AcquireTime: &now, RenewTime: &now},
+	}
+	got, err := leases.Create(ctx, lease, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var cur *coordinationv1.Lease
+		if cur, err = leases.Get(ctx, name, metav1.GetOptions{}); err == nil {
+			lease.ResourceVersion = cur.ResourceVersion
+			got, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("record the failed change in Lease %s: %w", name, err)
+	}
+	l.mu.Lock()
+	l.failure, l.failureKnown = got, true
+	l.mu.Unlock()
+	return nil
+}
+
+// clearFailure deletes this node's failure Lease, if there is one.
+func (l *LeaseRollout) clearFailure(ctx context.Context) error {
+	l.mu.Lock()
+	known, has := l.failureKnown, l.failure != nil
+	l.mu.Unlock()
+	if known && !has {
+		return nil
+	}
+	name := rollout.FailureName(l.ConfigMap, l.Node)
+	err := l.Client.CoordinationV1().Leases(l.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the failure Lease %s: %w", name, err)
+	}
+	l.mu.Lock()
+	l.failure, l.failureKnown = nil, true
+	l.mu.Unlock()
+	return nil
+}
+
+// memberLeases returns the file's member Leases, listed at most every
+// memberCacheFor.
+func (l *LeaseRollout) memberLeases(ctx context.Context) ([]rollout.Lease, error) {
+	l.mu.Lock()
+	if l.members != nil && l.now().Sub(l.membersAt) < memberCacheFor {
+		defer l.mu.Unlock()
+		return l.members, nil
+	}
+	l.mu.Unlock()
+	raw, err := l.list(ctx, rollout.KindMember)
+	if err != nil {
+		return nil, err
+	}
+	members := make([]rollout.Lease, 0, len(raw))
+	for i := range raw {
+		members = append(members, leaseView(&raw[i]))
+	}
+	l.mu.Lock()
+	l.members, l.membersAt = members, l.now()
+	l.mu.Unlock()
+	return members, nil
+}
+
+// Run keeps this node's member Lease, renewing it every third of its
+// duration (and sooner after a failure), until ctx ends; then it deletes
+// it, so that a node that leaves stops counting at once.
+func (l *LeaseRollout) Run(ctx context.Context) error {
+	name := rollout.MemberName(l.ConfigMap, l.Node)
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	var cur *coordinationv1.Lease
+	for {
+		next := l.memberDuration() / 3
+		var err error
+		if cur, err = l.renewMember(ctx, name, cur); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			l.logger().Warn("could not renew the rollout member Lease", "lease", name, "err", err)
+			next = min(next, 10*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(next - rand.N(next/10+1)):
+			continue
+		}
+		break
+	}
+	stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := leases.Delete(stop, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove member Lease %s: %w", name, err)
+	}
+	return nil
+}
+
+// renewMember creates the member Lease or renews the one it last wrote
+// (read again after a conflict).
+func (l *LeaseRollout) renewMember(ctx context.Context, name string, cur *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	now := metav1.NewMicroTime(l.now())
+	if cur == nil {
+		lease := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace,
+				Labels: map[string]string{carvev1.LeaseLabelConfigMap: rollout.LabelValue(l.ConfigMap), carvev1.LeaseLabelKind: rollout.KindMember}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: new(l.Node), LeaseDurationSeconds: new(int32(l.memberDuration() / time.Second)),
+				AcquireTime: &now, RenewTime: &now},
+		}
+		got, err := leases.Create(ctx, lease, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			return got, err
+		}
+		if cur, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	lease := cur.DeepCopy()
+	lease.Spec.HolderIdentity = new(l.Node)
+	lease.Spec.LeaseDurationSeconds = new(int32(l.memberDuration() / time.Second))
+	lease.Spec.RenewTime = &now
+	got, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil, errors.Join(err, errors.New("read again on the next renewal"))
+	}
+	return got, err
+}
+
+// leaseView is the rollout accounting's view of a Lease: its kind from the
+// carve.dev/rollout label, the revision from its annotation, holder and
+// times from its spec.
+func leaseView(l *coordinationv1.Lease) rollout.Lease {
+	out := rollout.Lease{Name: l.Name, Kind: l.Labels[carvev1.LeaseLabelKind], Revision: l.Annotations[carvev1.LeaseAnnotationRevision]}
+	if h := l.Spec.HolderIdentity; h != nil {
+		out.Holder = *h
+	}
+	if t := l.Spec.AcquireTime; t != nil {
+		out.Acquired = t.Time
+	}
+	if t := l.Spec.RenewTime; t != nil {
+		out.Renewed = t.Time
+	}
+	if d := l.Spec.LeaseDurationSeconds; d != nil {
+		out.Duration = time.Duration(*d) * time.Second
+	}
+	return out
+}
