@@ -364,8 +364,16 @@ func (l *LeaseRollout) memberLeases(ctx context.Context) ([]rollout.Lease, error
 
 // Run keeps this node's member Lease, renewing it every third of its
 // duration (and sooner after a failure), until ctx ends; then it deletes
-// it, so that a node that leaves stops counting at once.
+// it, so that a node that leaves stops counting at once, and stops
+// renewing a slot it holds without releasing it: a change cut short is
+// still under way on the GPUs, and the slot expires unless the agent comes
+// back and goes on with it.
 func (l *LeaseRollout) Run(ctx context.Context) error {
+	defer func() {
+		l.mu.Lock()
+		l.stopLocked()
+		l.mu.Unlock()
+	}()
 	name := rollout.MemberName(l.ConfigMap, l.Node)
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
 	var cur *coordinationv1.Lease

@@ -33,16 +33,26 @@ type Config struct {
 	ConfigMapNamespace, ConfigMapName string
 	// GPUs is the NVML, real or simulated, already initialised (required).
 	GPUs partition.NVML
+	// Advertise says how the devices carve makes reach the kubelet:
+	// AdvertiseDevicePlugin (carve's own device-plugin servers; "" means
+	// it too) or AdvertiseNone (no device-plugin server at all: the
+	// partitions are realised and recorded, and another device plugin,
+	// such as NVIDIA's, advertises; or nobody, in scale tests). Any other
+	// value is an error (CheckAdvertise); AdvertiseDRA is reserved.
+	Advertise string
 	// DevicePluginDir is the kubelet's device-plugin directory; default
-	// plugin's default.
+	// plugin's default. Unused with Advertise none.
 	DevicePluginDir string
 	// PodResourcesSocket is the kubelet's PodResources socket; default
-	// plugin.DefaultPodResourcesSocket.
+	// plugin.DefaultPodResourcesSocket. PodResourcesNone declares a node
+	// without a kubelet, where nothing is ever in use (NothingInUse): for
+	// tests only.
 	PodResourcesSocket string
 	// StateDir keeps the checkpoint of the apply in progress; empty keeps
 	// none (crash safety is then lost: only for tests).
 	StateDir string
 	// CDI makes Allocate also answer CDI device names (nvidia.com/gpu=<uuid>).
+	// Only with carve's device plugin: CDI with Advertise none is an error.
 	CDI bool
 	// Registerer receives the agent's and the device plugin's metrics; nil
 	// registers none.
@@ -59,7 +69,8 @@ type Config struct {
 	// retried; default DefaultDrainRetry.
 	DrainRetry time.Duration
 	// PluginRetryInterval is how often the device plugin retries a failed
-	// registration and checks its sockets; default plugin's default.
+	// registration and checks its sockets; default plugin's default. Unused
+	// with Advertise none.
 	PluginRetryInterval time.Duration
 	// ProfileLabel is the node label that pins a profile; default
 	// carve.dev/profile. nvidia.com/mig.config keeps the habit of nodes
@@ -75,14 +86,22 @@ type Config struct {
 	// OperandTimeout bounds the wait for paused operands' pods to leave
 	// the node; default DefaultOperandTimeout.
 	OperandTimeout time.Duration
+	// RolloutSlotDuration is how long a rollout slot holds without
+	// renewal; default DefaultSlotDuration. RolloutRetry is how often a
+	// change waiting for a slot asks again; default DefaultSlotRetry.
+	// Tests shorten both.
+	RolloutSlotDuration, RolloutRetry time.Duration
 }
 
 // Agent is carve's node agent: the device-plugin servers and the
-// Controller that reconciles the Node, wired together.
+// Controller that reconciles the Node, wired together. With Advertise none
+// it is the Controller alone.
 type Agent struct {
-	cfg    Config
-	ctrl   *Controller
-	plugin *plugin.Manager
+	cfg  Config
+	ctrl *Controller
+	// plugin is nil with Advertise none.
+	plugin  *plugin.Manager
+	rollout *LeaseRollout
 }
 
 // New builds an Agent; Run starts it.
@@ -103,21 +122,43 @@ func New(cfg Config) (*Agent, error) {
 	if err := CheckOperands(cfg.PauseOperands); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	if err := CheckAdvertise(cfg.Advertise); err != nil {
+		return nil, fmt.Errorf("agent: Advertise %w", err)
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = AdvertiseDevicePlugin
+	}
+	if cfg.CDI && cfg.Advertise == AdvertiseNone {
+		return nil, fmt.Errorf("agent: %w", errCDIWithoutAdvertising)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.PodResourcesSocket == "" {
 		cfg.PodResourcesSocket = plugin.DefaultPodResourcesSocket
 	}
-	mgr, err := plugin.New(plugin.Options{
-		DevicePluginDir: cfg.DevicePluginDir, NVML: cfg.GPUs, CDI: cfg.CDI,
-		Registerer: cfg.Registerer, Logger: cfg.Logger, RetryInterval: cfg.PluginRetryInterval,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("agent: device plugin: %w", err)
+	var (
+		mgr     *plugin.Manager
+		devices Advertiser = NoAdvertiser{}
+	)
+	if cfg.Advertise == AdvertiseDevicePlugin {
+		var err error
+		mgr, err = plugin.New(plugin.Options{
+			DevicePluginDir: cfg.DevicePluginDir, NVML: cfg.GPUs, CDI: cfg.CDI,
+			Registerer: cfg.Registerer, Logger: cfg.Logger, RetryInterval: cfg.PluginRetryInterval,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("agent: device plugin: %w", err)
+		}
+		devices = mgr
+	}
+	var inUse InUseSource = NothingInUse{}
+	if cfg.PodResourcesSocket != PodResourcesNone {
+		inUse = plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0)
 	}
 	var metrics *Metrics
 	if cfg.Registerer != nil {
+		var err error
 		if metrics, err = NewMetrics(cfg.Registerer); err != nil {
 			return nil, fmt.Errorf("agent: metrics: %w", err)
 		}
@@ -132,7 +173,7 @@ func New(cfg Config) (*Agent, error) {
 		Metrics: metrics, Clock: cfg.Clock, Logger: cfg.Logger, ProfileLabel: cfg.ProfileLabel,
 	}
 	ctrl.Reconciler = &Reconciler{
-		Lib: cfg.GPUs, InUse: plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0), Devices: mgr,
+		Lib: cfg.GPUs, InUse: inUse, Devices: devices,
 		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
 		Hooks: Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp}, Labels: cfg.Labels,
 	}
@@ -144,16 +185,22 @@ func New(cfg Config) (*Agent, error) {
 		ctrl.Reconciler.Operands = &nodeOperands{client: cfg.Client, node: cfg.NodeName, timeout: timeout, every: time.Second}
 		ctrl.Reconciler.OperandNames = cfg.PauseOperands
 	}
-	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr}, nil
+	ro := &LeaseRollout{
+		Client: cfg.Client, Namespace: cfg.ConfigMapNamespace, ConfigMap: cfg.ConfigMapName, Node: cfg.NodeName,
+		SlotDuration: cfg.RolloutSlotDuration, Logger: cfg.Logger,
+	}
+	ctrl.Reconciler.Rollout, ctrl.Reconciler.SlotRetry = ro, cfg.RolloutRetry
+	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr, rollout: ro}, nil
 }
 
 // Ready reports whether the agent has synced its caches and finished a
 // reconcile (the /readyz answer).
 func (a *Agent) Ready() bool { return a.ctrl.Ready() }
 
-// Run serves devices and reconciles until ctx ends (nil) or a part fails
-// for good (its error). The device plugin keeps serving while the API
-// server is unreachable; the Controller retries with backoff.
+// Run serves devices (unless Advertise is none) and reconciles until ctx
+// ends (nil) or a part fails for good (its error). The device plugin keeps
+// serving while the API server is unreachable; the Controller retries with
+// backoff.
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -163,20 +210,31 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.ctrl.Events = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "carve-agent", Host: a.cfg.NodeName})
 
 	errc := make(chan error, 2)
-	go func() {
-		err := a.plugin.Run(ctx)
-		if ctx.Err() == nil {
-			if err == nil {
-				err = errors.New("stopped unexpectedly")
+	parts := 1
+	if a.plugin != nil {
+		parts++
+		go func() {
+			err := a.plugin.Run(ctx)
+			if ctx.Err() == nil {
+				if err == nil {
+					err = errors.New("stopped unexpectedly")
+				}
+				errc <- fmt.Errorf("device plugin: %w", err)
+				return
 			}
-			errc <- fmt.Errorf("device plugin: %w", err)
-			return
-		}
-		errc <- nil
-	}()
+			errc <- nil
+		}()
+	}
 	go func() { errc <- a.ctrl.Run(ctx) }()
+	rolloutDone := make(chan struct{})
+	go func() {
+		defer close(rolloutDone)
+		if err := a.rollout.Run(ctx); err != nil {
+			a.cfg.Logger.Warn("rollout member Lease", "err", err)
+		}
+	}()
 	a.cfg.Logger.Info("carve-agent started", "node", a.cfg.NodeName,
-		"configMap", a.cfg.ConfigMapNamespace+"/"+a.cfg.ConfigMapName, "cdi", a.cfg.CDI)
+		"configMap", a.cfg.ConfigMapNamespace+"/"+a.cfg.ConfigMapName, "advertise", a.cfg.Advertise, "cdi", a.cfg.CDI)
 
 	var err error
 	got := 0
@@ -187,12 +245,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	cancel()
 	// Wait for the other part; what it says after the stop is not news.
-	for ; got < 2; got++ {
+	for ; got < parts; got++ {
 		if late := <-errc; late != nil {
 			a.cfg.Logger.Debug("stopped after the first part", "err", late)
 		}
 	}
-	a.plugin.Stop()
+	if a.plugin != nil {
+		a.plugin.Stop()
+	}
+	<-rolloutDone
 	return err
 }
 

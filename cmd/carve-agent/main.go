@@ -38,6 +38,7 @@ type options struct {
 	gpus               string
 	simState           string
 	simLatency         string
+	advertise          string
 	devicePluginDir    string
 	podResourcesSocket string
 	stateDir           string
@@ -76,8 +77,9 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		{"gpus", "CARVE_GPUS", "nvml", "nvml, or sim:<machine> for simulated GPUs", &o.gpus},
 		{"sim-state", "CARVE_SIM_STATE", "", "file where the simulator keeps its MIG state across restarts", &o.simState},
 		{"sim-latency", "CARVE_SIM_LATENCY", "none", "how long simulated GPUs take for a MIG change: none, realistic (as on hardware), a duration for every operation (200ms), or op=duration,... (create-gi=1s,reset-gpu=5s)", &o.simLatency},
-		{"device-plugin-dir", "CARVE_DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins", "kubelet's device-plugin socket directory", &o.devicePluginDir},
-		{"pod-resources-socket", "CARVE_POD_RESOURCES_SOCKET", plugin.DefaultPodResourcesSocket, "kubelet PodResources API socket", &o.podResourcesSocket},
+		{"advertise", "CARVE_ADVERTISE", agent.AdvertiseDevicePlugin, "how devices reach the kubelet: device-plugin (carve's own device plugin), or none (no device-plugin socket: carve partitions and records, another device plugin such as NVIDIA's advertises)", &o.advertise},
+		{"device-plugin-dir", "CARVE_DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins", "kubelet's device-plugin socket directory (unused with --advertise none)", &o.devicePluginDir},
+		{"pod-resources-socket", "CARVE_POD_RESOURCES_SOCKET", plugin.DefaultPodResourcesSocket, "kubelet PodResources API socket; \"none\" for a node without a kubelet, where nothing is ever in use (for tests)", &o.podResourcesSocket},
 		{"state-dir", "CARVE_STATE_DIR", "/var/lib/carve", "directory for the checkpoint of the apply in progress", &o.stateDir},
 		{"metrics-addr", "CARVE_METRICS_ADDR", ":9465", "address of /metrics, /healthz and /readyz", &o.metricsAddr},
 		{"pause-operands", "CARVE_PAUSE_OPERANDS", strings.Join(agent.DefaultPauseOperands, ","), "GPU Operator operands paused (nvidia.com/gpu.deploy.<operand>=paused-for-mig-change) during a disruptive change, where the node has those labels; comma-separated, \"none\" for none", &operands},
@@ -135,10 +137,30 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if err := agent.CheckOperands(o.pauseOperands); err != nil {
 		return o, fmt.Errorf("--pause-operands %q: %w", operands, err)
 	}
+	if err := o.checkAdvertise(); err != nil {
+		return o, err
+	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return o, fmt.Errorf("--log-level %q: %w", logLevel, err)
 	}
 	return o, nil
+}
+
+// checkAdvertise checks --advertise and the flags that only matter while
+// carve advertises.
+func (o options) checkAdvertise() error {
+	if o.advertise == "" {
+		// The Config's "" means device-plugin; on the command line an
+		// empty value is more likely an unset template variable.
+		return fmt.Errorf("--advertise \"\": want %s or %s", agent.AdvertiseDevicePlugin, agent.AdvertiseNone)
+	}
+	if err := agent.CheckAdvertise(o.advertise); err != nil {
+		return fmt.Errorf("--advertise %w", err)
+	}
+	if o.cdi && o.advertise == agent.AdvertiseNone {
+		return errors.New("--cdi with --advertise none: CDI device names are part of carve's Allocate answers, and with none carve answers none; drop --cdi and configure CDI in the device plugin that advertises")
+	}
+	return nil
 }
 
 // gpuOptions are the flags that go with --gpus.
@@ -211,7 +233,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	a, err := agent.New(agent.Config{
 		NodeName: o.nodeName, Client: client,
 		ConfigMapNamespace: o.configMapNamespace, ConfigMapName: o.configMapName,
-		GPUs: lib, DevicePluginDir: o.devicePluginDir, PodResourcesSocket: o.podResourcesSocket,
+		GPUs: lib, Advertise: o.advertise, DevicePluginDir: o.devicePluginDir, PodResourcesSocket: o.podResourcesSocket,
 		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
 		ProfileLabel: o.profileLabel, Labels: agent.LabelOptions{MIGManagerState: o.migManagerState, CarveOnly: !o.gfdLabels},
 		PauseOperands: o.pauseOperands,
@@ -232,9 +254,9 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
 	if o.gpus == gpus.NVML {
-		log.Info("carve-agent running", "gpus", o.gpus, "metrics", o.metricsAddr)
+		log.Info("carve-agent running", "gpus", o.gpus, "advertise", o.advertise, "metrics", o.metricsAddr)
 	} else {
-		log.Info("carve-agent running", "gpus", o.gpus, "simLatency", o.simLatency, "metrics", o.metricsAddr)
+		log.Info("carve-agent running", "gpus", o.gpus, "simLatency", o.simLatency, "advertise", o.advertise, "metrics", o.metricsAddr)
 	}
 
 	var runErr error

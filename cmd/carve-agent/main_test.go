@@ -21,6 +21,27 @@ import (
 	"github.com/carve-dev/carve/partition/sim"
 )
 
+// defaultOptions are the options of --node-name NODE and nothing else.
+func defaultOptions(node string) options {
+	return options{nodeName: node, configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
+		advertise: "device-plugin", devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		stateDir: "/var/lib/carve", metricsAddr: ":9465", simLatency: "none", logLevel: slog.LevelInfo,
+		profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"dcgm-exporter", "dcgm"}}
+}
+
+// wantOptions checks that the options are defaultOptions(node) changed by
+// mod.
+func wantOptions(node string, mod func(o *options)) func(t *testing.T, o options) {
+	return func(t *testing.T, o options) {
+		t.Helper()
+		want := defaultOptions(node)
+		mod(&want)
+		if diff := cmp.Diff(want, o, cmp.AllowUnexported(options{})); diff != "" {
+			t.Fatalf("options (-want +got):\n%s", diff)
+		}
+	}
+}
+
 func TestParseOptions(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -30,31 +51,18 @@ func TestParseOptions(t *testing.T) {
 		wantErr bool
 		errText string // the whole error message, when checked
 	}{
-		{
-			name: "defaults",
-			args: []string{"--node-name", "n1"},
-			check: func(t *testing.T, o options) {
-				t.Helper()
-				want := options{nodeName: "n1", configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
-					devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
-					stateDir: "/var/lib/carve", metricsAddr: ":9465", simLatency: "none", logLevel: slog.LevelInfo,
-					profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"dcgm-exporter", "dcgm"}}
-				if diff := cmp.Diff(want, o, cmp.AllowUnexported(options{})); diff != "" {
-					t.Fatalf("options (-want +got):\n%s", diff)
-				}
-			},
-		},
+		{name: "defaults", args: []string{"--node-name", "n1"}, check: wantOptions("n1", func(*options) {})},
 		{
 			name: "environment",
 			env: map[string]string{"NODE_NAME": "n2", "KUBECONFIG": "/k", "CARVE_CONFIG_MAP": "ns/cm", "CARVE_GPUS": "sim:dgx-h100",
 				"CARVE_SIM_STATE": "/s.json", "CARVE_STATE_DIR": "/st", "CARVE_METRICS_ADDR": ":1", "CARVE_LOG_LEVEL": "debug",
 				"CARVE_DEVICE_PLUGIN_DIR": "/dp", "CARVE_POD_RESOURCES_SOCKET": "/pr.sock", "CARVE_SIM_LATENCY": "realistic",
 				"CARVE_PROFILE_LABEL": "nvidia.com/mig.config", "CARVE_MIG_MANAGER_STATE_LABEL": "true", "CARVE_GFD_LABELS": "false", "CARVE_CDI": "1",
-				"CARVE_PAUSE_OPERANDS": "none"},
+				"CARVE_PAUSE_OPERANDS": "none", "CARVE_ADVERTISE": "device-plugin"},
 			check: func(t *testing.T, o options) {
 				t.Helper()
 				want := options{nodeName: "n2", kubeconfig: "/k", configMapNamespace: "ns", configMapName: "cm", gpus: "sim:dgx-h100",
-					simState: "/s.json", simLatency: "realistic", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1",
+					simState: "/s.json", simLatency: "realistic", advertise: "device-plugin", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1",
 					logLevel: slog.LevelDebug, profileLabel: "nvidia.com/mig.config", migManagerState: true, cdi: true}
 				if diff := cmp.Diff(want, o, cmp.AllowUnexported(options{})); diff != "" {
 					t.Fatalf("options (-want +got):\n%s", diff)
@@ -142,6 +150,35 @@ func TestParseOptions(t *testing.T) {
 		},
 		{name: "bad cdi", args: []string{"--node-name", "n", "--cdi=maybe"}, wantErr: true},
 		{name: "bad cdi in the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_CDI": "maybe"}, wantErr: true},
+		{name: "advertise none", args: []string{"--node-name", "n", "--advertise", "none"},
+			check: wantOptions("n", func(o *options) { o.advertise = "none" })},
+		{name: "advertise none from the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_ADVERTISE": "none"},
+			check: wantOptions("n", func(o *options) { o.advertise = "none" })},
+		{name: "advertise flag beats environment", args: []string{"--node-name", "n", "--advertise=device-plugin"}, env: map[string]string{"CARVE_ADVERTISE": "none"},
+			check: wantOptions("n", func(*options) {})},
+		{name: "advertise none keeps the device plugin dir", args: []string{"--node-name", "n", "--advertise", "none", "--device-plugin-dir", "/dp"},
+			check: wantOptions("n", func(o *options) { o.advertise, o.devicePluginDir = "none", "/dp" })},
+		{name: "advertise dra", args: []string{"--node-name", "n", "--advertise", "dra"}, wantErr: true,
+			errText: "--advertise dra: Dynamic Resource Allocation is not built yet; use device-plugin or none"},
+		{name: "advertise dra from the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_ADVERTISE": "dra"}, wantErr: true,
+			errText: "--advertise dra: Dynamic Resource Allocation is not built yet; use device-plugin or none"},
+		{name: "bad advertise", args: []string{"--node-name", "n", "--advertise", "nvidia"}, wantErr: true,
+			errText: `--advertise "nvidia": want device-plugin or none`},
+		{name: "advertise in the wrong case", args: []string{"--node-name", "n", "--advertise", "None"}, wantErr: true,
+			errText: `--advertise "None": want device-plugin or none`},
+		{name: "empty advertise", args: []string{"--node-name", "n", "--advertise="}, wantErr: true,
+			errText: `--advertise "": want device-plugin or none`},
+		{name: "cdi with advertise none", args: []string{"--node-name", "n", "--cdi", "--advertise", "none"}, wantErr: true,
+			errText: "--cdi with --advertise none: CDI device names are part of carve's Allocate answers, and with none carve answers none; drop --cdi and configure CDI in the device plugin that advertises"},
+		{name: "cdi from the environment with advertise none", args: []string{"--node-name", "n"},
+			env: map[string]string{"CARVE_CDI": "true", "CARVE_ADVERTISE": "none"}, wantErr: true},
+		{name: "cdi false with advertise none", args: []string{"--node-name", "n", "--cdi=false", "--advertise", "none"},
+			check: wantOptions("n", func(o *options) { o.advertise = "none" })},
+		{name: "pod resources socket none", args: []string{"--node-name", "n", "--pod-resources-socket", "none"},
+			check: wantOptions("n", func(o *options) { o.podResourcesSocket = "none" })},
+		{name: "pod resources socket none from the environment", args: []string{"--node-name", "n", "--advertise", "none"},
+			env:   map[string]string{"CARVE_POD_RESOURCES_SOCKET": "none"},
+			check: wantOptions("n", func(o *options) { o.advertise, o.podResourcesSocket = "none", "none" })},
 		{name: "bad log level", args: []string{"--node-name", "n", "--log-level", "loud"}, wantErr: true},
 		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantErr: true},
 		{name: "unknown flag", args: []string{"--node", "n"}, wantErr: true},
