@@ -122,7 +122,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			o, ok1 := oldObj.(*corev1.Node)
 			n, ok2 := newObj.(*corev1.Node)
 			// Only labels are an input; status heartbeats are not.
-			if !ok1 || !ok2 || !maps.Equal(o.Labels, n.Labels) {
+			if !ok1 || !ok2 || inputLabelsChanged(o.Labels, n.Labels) {
 				q.Add(queueKey)
 			}
 		},
@@ -150,6 +150,24 @@ func (c *Controller) Run(ctx context.Context) error {
 	for c.next(ctx, q, nodes.GetStore(), cms.GetStore()) {
 	}
 	return nil
+}
+
+// inputLabelsChanged reports whether a Node's labels changed other than in
+// carve.dev/state, which only the agent writes (applying before an apply,
+// the outcome after): reacting to its own writes would start the next
+// pass at once, and a failing apply would retry in a loop instead of after
+// the retry interval.
+func inputLabelsChanged(old, cur map[string]string) bool {
+	return !maps.Equal(withoutState(old), withoutState(cur))
+}
+
+func withoutState(labels map[string]string) map[string]string {
+	if _, ok := labels[carvev1.LabelState]; !ok {
+		return labels
+	}
+	out := maps.Clone(labels)
+	delete(out, carvev1.LabelState)
+	return out
 }
 
 // next handles one queue item; false when the queue is shut down.

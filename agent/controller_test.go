@@ -207,3 +207,22 @@ func TestControllerPatchState(t *testing.T) {
 		t.Errorf("%d patches, want 1", patches)
 	}
 }
+
+func TestInputLabelsChanged(t *testing.T) {
+	tests := []struct {
+		name     string
+		old, cur map[string]string
+		want     bool
+	}{
+		{"the agent's own state flip", map[string]string{"pool": "a", carvev1.LabelState: "applying"}, map[string]string{"pool": "a", carvev1.LabelState: "failed"}, false},
+		{"state set the first time", map[string]string{"pool": "a"}, map[string]string{"pool": "a", carvev1.LabelState: "success"}, false},
+		{"a pin", map[string]string{carvev1.LabelState: "success"}, map[string]string{carvev1.LabelState: "success", carvev1.LabelProfile: "small"}, true},
+		{"another label", map[string]string{"pool": "a"}, map[string]string{"pool": "b"}, true},
+		{"the applied profile", map[string]string{carvev1.LabelApplied: "full"}, map[string]string{carvev1.LabelApplied: "small"}, true},
+	}
+	for _, tt := range tests {
+		if got := inputLabelsChanged(tt.old, tt.cur); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

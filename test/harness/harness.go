@@ -399,6 +399,31 @@ func WaitEvent(ctx context.Context, cs kubernetes.Interface, node, reason, subst
 	return found, nil
 }
 
+// WaitConfigMapEvent waits up to limit for an Event with reason on the
+// ConfigMap namespace/name, emitted since since.
+func WaitConfigMapEvent(ctx context.Context, cs kubernetes.Interface, namespace, name, reason string, since time.Time, limit time.Duration) (corev1.Event, error) {
+	var found corev1.Event
+	err := Poll(ctx, limit, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			"involvedObject.kind": "ConfigMap", "involvedObject.name": name, "reason": reason,
+		}.String()})
+		if err != nil {
+			return false, Retry(err)
+		}
+		for _, e := range list.Items {
+			if !eventTime(e).Before(since.Truncate(time.Second)) {
+				found = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return found, fmt.Errorf("no %s Event on ConfigMap %s/%s since %s: %w", reason, namespace, name, since.Format(time.RFC3339), err)
+	}
+	return found, nil
+}
+
 // DisruptionReasonEviction is the reason of the DisruptionTarget condition
 // the API server sets on a pod it evicts through the Eviction API, before it
 // deletes the pod; a plain delete sets none.
