@@ -76,7 +76,8 @@ type Decision struct {
 	// starts a disruptive change.
 	Halted bool
 	// Nodes counts the nodes whose agents read the file (the Request's
-	// node among them); Bound is maxUnavailable for them.
+	// node among them), from the member Leases given (a count needs none:
+	// then 1); Bound is maxUnavailable for them.
 	Nodes, Bound int
 	// Holders are the nodes holding slots, sorted.
 	Holders []string
@@ -95,7 +96,10 @@ func (d Decision) Reason(p configs.Rollout) string {
 		return fmt.Sprintf("the rollout is halted: %d of at most %d nodes failed on this revision of the profile file (%s); fix or revert the file to resume",
 			len(d.Failed), p.MaxFailures, strings.Join(d.Failed, ", "))
 	default:
-		return fmt.Sprintf("all %d rollout slots are held (maxUnavailable %s of %d nodes)", d.Bound, p.MaxUnavailable, d.Nodes)
+		if p.MaxUnavailable.Percent {
+			return fmt.Sprintf("all %d rollout slots are held (maxUnavailable %s of %d nodes)", d.Bound, p.MaxUnavailable, d.Nodes)
+		}
+		return fmt.Sprintf("all %d rollout slots are held (maxUnavailable %s)", d.Bound, p.MaxUnavailable)
 	}
 }
 

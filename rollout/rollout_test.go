@@ -202,3 +202,22 @@ func TestNames(t *testing.T) {
 		t.Error("Revision must follow the content")
 	}
 }
+
+func TestDecisionReason(t *testing.T) {
+	tests := []struct {
+		d    Decision
+		p    configs.Rollout
+		want string
+	}{
+		{Decision{Granted: true}, policy("1", 1), ""},
+		{Decision{Bound: 3, Nodes: 1}, policy("3", 1), "all 3 rollout slots are held (maxUnavailable 3)"},
+		{Decision{Bound: 2, Nodes: 20}, policy("10%", 1), "all 2 rollout slots are held (maxUnavailable 10% of 20 nodes)"},
+		{Decision{Halted: true, Failed: []string{"a", "b"}}, policy("1", 2),
+			"the rollout is halted: 2 of at most 2 nodes failed on this revision of the profile file (a, b); fix or revert the file to resume"},
+	}
+	for _, tt := range tests {
+		if got := tt.d.Reason(tt.p); got != tt.want {
+			t.Errorf("Reason = %q, want %q", got, tt.want)
+		}
+	}
+}
