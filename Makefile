@@ -21,7 +21,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 GOFILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './_output/*')
 
-.PHONY: all build test lint unit fuzz e2e bench demo clean cluster-up cluster-down
+.PHONY: all build test lint unit fuzz e2e bench scale demo clean cluster-up cluster-down
 
 all: build
 
@@ -82,6 +82,15 @@ test: lint unit fuzz e2e
 ## bench: benchmarks (figures go to docs/benchmarks.md)
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+## scale: many carve agents on one local API server (50, 200, 500 nodes;
+##        needs root): convergence, the rollout bound, API requests, CPU and
+##        memory, written to docs/scale.md and docs/scale.svg
+scale: $(BIN)/carve-scale
+	$(BIN)/carve-scale --write docs/scale.md $(SCALE_FLAGS)
+
+$(BIN)/carve-scale: FORCE
+	cd test && $(GO) build -o ../$(BIN)/carve-scale ./cmd/carve-scale
 
 ## demo: the main job on the embedded default: a local real cluster, carve-agent
 ##       on a simulated DGX H100 whose MIG operations take as long as on

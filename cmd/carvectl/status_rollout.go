@@ -126,7 +126,11 @@ func (r rolloutStatus) write(w io.Writer, now time.Time) {
 		}
 		fmt.Fprint(w, ")")
 	}
-	fmt.Fprintf(w, ": %d nodes\n", r.Nodes)
+	plural := "s"
+	if r.Nodes == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(w, ": %d node%s\n", r.Nodes, plural)
 	if r.Error != "" {
 		fmt.Fprintf(w, "  error: %s\n", r.Error)
 	}

@@ -297,18 +297,26 @@ func TestAgentRealisesTheLabelledProfile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.CommandContext(ctx, bin, "status", "--kubeconfig", c.Kubeconfig()).CombinedOutput()
+		out, err := exec.CommandContext(ctx, bin, "status", "--kubeconfig", c.Kubeconfig(), "--config-map", cmNamespace+"/"+cmName).CombinedOutput()
 		if err != nil {
 			t.Fatalf("carvectl status: %v\n%s", err, out)
 		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		table, ro, _ := strings.Cut(string(out), "\n\n")
+		lines := strings.Split(strings.TrimSpace(table), "\n")
 		if len(lines) != 2 || !strings.HasPrefix(lines[0], "NODE") {
 			t.Fatalf("carvectl status: want a header and one node row:\n%s", out)
 		}
 		row := strings.Fields(lines[1])
-		want := []string{c.NodeName(), "all-1g", "label", "all-1g", "all-1g", carvev1.StateSuccess, "mig-1g.10gb=56"}
+		want := []string{c.NodeName(), "all-1g", "label", "all-1g", "all-1g", carvev1.StateSuccess, "-", "mig-1g.10gb=56"}
 		if len(row) < len(want) || !slices.Equal(row[:len(want)], want) {
 			t.Errorf("carvectl status row %q, want it to start %q", row, want)
+		}
+		// The agent counts itself a member of the rollout; the change is
+		// over, so it holds no slot.
+		for _, s := range []string{"Rollout of " + cmNamespace + "/" + cmName + " (revision ", "maxUnavailable 1, maxFailures 1): 1 node\n", "no node holds a slot"} {
+			if !strings.Contains(ro, s) {
+				t.Errorf("carvectl status rollout lacks %q:\n%s", s, ro)
+			}
 		}
 	})
 
