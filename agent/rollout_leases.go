@@ -117,11 +117,26 @@ func (l *LeaseRollout) list(ctx context.Context, kinds ...string) ([]coordinatio
 	return list.Items, nil
 }
 
+// raceTries is how many times Acquire reads and tries again at once when
+// another node took the slot it chose: other slots may be free.
+const raceTries = 3
+
 // Acquire implements Rollout.
 func (l *LeaseRollout) Acquire(ctx context.Context, policy configs.Rollout, revision string) (rollout.Decision, error) {
+	for try := 1; ; try++ {
+		dec, lost, err := l.tryAcquire(ctx, policy, revision)
+		if err != nil || !lost || try == raceTries {
+			return dec, err
+		}
+	}
+}
+
+// tryAcquire reads the Leases, decides, and takes the chosen slot; lost
+// reports a race lost to another node.
+func (l *LeaseRollout) tryAcquire(ctx context.Context, policy configs.Rollout, revision string) (dec rollout.Decision, lost bool, err error) {
 	raw, err := l.list(ctx, rollout.KindSlot, rollout.KindFailure)
 	if err != nil {
-		return rollout.Decision{}, err
+		return rollout.Decision{}, false, err
 	}
 	leases := make([]rollout.Lease, 0, len(raw))
 	for i := range raw {
@@ -130,15 +145,15 @@ func (l *LeaseRollout) Acquire(ctx context.Context, policy configs.Rollout, revi
 	if policy.MaxUnavailable.Percent {
 		members, err := l.memberLeases(ctx)
 		if err != nil {
-			return rollout.Decision{}, err
+			return rollout.Decision{}, false, err
 		}
 		leases = append(leases, members...)
 	}
 	now := l.now()
-	dec := rollout.Decide(leases, rollout.Request{Node: l.Node, Policy: policy, Revision: revision, Now: now},
+	dec = rollout.Decide(leases, rollout.Request{Node: l.Node, Policy: policy, Revision: revision, Now: now},
 		func(i int) string { return rollout.SlotName(l.ConfigMap, i) })
 	if !dec.Granted {
-		return dec, nil
+		return dec, false, nil
 	}
 	var existing *coordinationv1.Lease
 	for i := range raw {
@@ -148,19 +163,19 @@ func (l *LeaseRollout) Acquire(ctx context.Context, policy configs.Rollout, revi
 	}
 	if dec.Held {
 		l.hold(existing)
-		return dec, nil
+		return dec, false, nil
 	}
 	lease, err := l.take(ctx, dec.Slot, existing, revision, now)
 	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
-		// Another node took it first: wait as for a held slot.
+		// Another node took it first.
 		dec.Granted, dec.Slot = false, ""
-		return dec, nil
+		return dec, true, nil
 	}
 	if err != nil {
-		return rollout.Decision{}, err
+		return rollout.Decision{}, false, err
 	}
 	l.hold(lease)
-	return dec, nil
+	return dec, false, nil
 }
 
 // take writes this node into the slot: a create when no Lease has the

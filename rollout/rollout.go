@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -107,7 +108,8 @@ func (d Decision) Reason(p configs.Rollout) string {
 // (any kinds, in any order; those of other names are ignored). A node that
 // holds a slot keeps it. A node failed on the revision may try again; any
 // other node is refused once the failed ones reach the budget. Otherwise
-// the node gets the lowest free slot, if fewer than the bound are held.
+// the node gets a free slot below the bound, if fewer than the bound are
+// held: the first free one from a place its name picks.
 // slotName names slot i (SlotName with the file's ConfigMap name).
 func Decide(leases []Lease, req Request, slotName func(i int) string) Decision {
 	d := Decision{}
@@ -143,13 +145,22 @@ func Decide(leases []Lease, req Request, slotName func(i int) string) Decision {
 	if d.Granted || d.Halted || len(held) >= d.Bound {
 		return d
 	}
-	for i := range d.Bound {
-		if name := slotName(i); held[name] == "" {
+	// Each node starts looking at its own place among the slots, so that
+	// nodes asking at the same moment mostly want different ones.
+	first := spread(req.Node, d.Bound)
+	for k := range d.Bound {
+		if name := slotName((first + k) % d.Bound); held[name] == "" {
 			d.Granted, d.Slot = true, name
 			return d
 		}
 	}
 	return d
+}
+
+// spread places a node among n slots by a hash of its name.
+func spread(node string, n int) int {
+	sum := sha256.Sum256([]byte(node))
+	return int(binary.BigEndian.Uint32(sum[:4]) % uint32(n))
 }
 
 func sortedKeys(m map[string]bool) []string {

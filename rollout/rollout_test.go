@@ -98,6 +98,15 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := Decide(tt.leases, Request{Node: tt.node, Policy: tt.policy, Revision: "rev-b", Now: tt.now}, slotName)
+			// A new slot is any free one below the bound: which one
+			// depends on the node's name.
+			if tt.want.Granted && !tt.want.Held {
+				free := tt.want.Slot
+				tt.want.Slot = got.Slot
+				if !isFree(tt.leases, got.Slot, tt.want.Bound, tt.now) {
+					t.Errorf("slot %q is not a free slot below the bound %d (like %s)", got.Slot, tt.want.Bound, free)
+				}
+			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Decide (-want +got):\n%s", diff)
 			}
@@ -112,6 +121,34 @@ func TestDecide(t *testing.T) {
 // ask in turn, hold their slot for a while, and some die holding it; at no
 // instant are more live slots held than the bound, and every node gets
 // its turn.
+// isFree reports whether name is one of the first bound slots and no live
+// Lease holds it.
+func isFree(leases []Lease, name string, bound int, now time.Time) bool {
+	below := false
+	for i := range bound {
+		below = below || SlotName(cm, i) == name
+	}
+	for _, l := range leases {
+		if l.Name == name && l.Kind == KindSlot && l.Live(now) {
+			return false
+		}
+	}
+	return below
+}
+
+// TestDecideSpreads: nodes asking at once for 50 free slots mostly want
+// different ones, so that few lose a race for the same slot.
+func TestDecideSpreads(t *testing.T) {
+	want := map[string]int{}
+	for i := range 50 {
+		d := Decide(members(50), Request{Node: fmt.Sprintf("node-%d", i), Policy: policy("100%", 1), Revision: "r", Now: t0}, func(i int) string { return SlotName(cm, i) })
+		want[d.Slot]++
+	}
+	if len(want) < 25 {
+		t.Errorf("50 nodes want only %d distinct slots of 50", len(want))
+	}
+}
+
 func TestDecideNeverExceedsTheBound(t *testing.T) {
 	for _, pol := range []configs.Rollout{policy("1", 1), policy("3", 1), policy("10%", 1), policy("25%", 1)} {
 		t.Run(pol.MaxUnavailable.String(), func(t *testing.T) {

@@ -55,7 +55,11 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("start the local cluster: %w", err)
 	}
-	defer c.Stop()
+	defer func() {
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "carve-scale: stop the cluster:", err)
+		}
+	}()
 	var results []result
 	stoppedAt := ""
 sizes:
@@ -91,7 +95,7 @@ sizes:
 
 func parseSizes(s string) ([]int, error) {
 	var out []int
-	for _, f := range strings.Split(s, ",") {
+	for f := range strings.SplitSeq(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("--nodes %q: want sizes from 1, comma-separated", s)

@@ -3,14 +3,17 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +66,8 @@ type result struct {
 	rssMiB, peakMiB   int
 	startup           time.Duration
 	reqPerNodeStartup float64
+	// changeKinds and idleKinds break the requests per node down by kind.
+	changeKinds, idleKinds string
 }
 
 func (r result) line() string {
@@ -164,24 +169,92 @@ func watchFleet(ctx context.Context, cs kubernetes.Interface) (*fleet, error) {
 	return f, nil
 }
 
-// counting counts the requests a transport sends.
+// counting counts the requests a transport sends, in all and by kind.
 type counting struct {
 	rt http.RoundTripper
 	n  *atomic.Int64
+	by *kinds
 }
 
 func (c counting) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
+	c.by.add(requestKind(r))
 	return c.rt.RoundTrip(r)
 }
+
+// kinds counts requests by kind ("PATCH nodes", "WATCH leases", ...).
+type kinds struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func (k *kinds) add(kind string) {
+	k.mu.Lock()
+	k.n[kind]++
+	k.mu.Unlock()
+}
+
+// snapshot copies the counts.
+func (k *kinds) snapshot() map[string]int64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.n)
+}
+
+// requestKind names a request by verb and resource: the method, WATCH for
+// a watch, and the resource from the path.
+func requestKind(r *http.Request) string {
+	verb := r.Method
+	if r.URL.Query().Get("watch") == "true" {
+		verb = "WATCH"
+	}
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	res := "?"
+	for i, p := range parts {
+		switch p {
+		case "nodes", "configmaps", "leases", "events", "pods":
+			res = p
+		case "namespaces":
+			if i+2 < len(parts) {
+				continue
+			}
+		}
+	}
+	return verb + " " + res
+}
+
+// diff returns after minus before, per kind, scaled by f, largest first,
+// as "PATCH nodes 2.0, ...".
+func diffKinds(before, after map[string]int64, f float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var out []kv
+	for k, v := range after {
+		if d := float64(v-before[k]) * f; d > 0 {
+			out = append(out, kv{k, d})
+		}
+	}
+	slices.SortFunc(out, func(a, b kv) int { return cmp.Compare(b.v, a.v) })
+	var s []string
+	for _, e := range out {
+		s = append(s, fmt.Sprintf("%s %.1f", e.k, e.v))
+	}
+	return strings.Join(s, ", ")
+}
+
+// WrappedRoundTripper lets client-go see the transport underneath, to
+// cancel requests through it.
+func (c counting) WrappedRoundTripper() http.RoundTripper { return c.rt }
 
 // agentClient is a client of its own connection (a Proxy function makes
 // client-go build a transport for it alone, as a separate agent process
 // would have), counting its requests into n.
-func agentClient(base *rest.Config, n *atomic.Int64) (kubernetes.Interface, error) {
+func agentClient(base *rest.Config, n *atomic.Int64, by *kinds) (kubernetes.Interface, error) {
 	cfg := rest.CopyConfig(base)
 	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return counting{rt: rt, n: n} }
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return counting{rt: rt, n: n, by: by} }
 	cfg.UserAgent = "carve-agent (scale test)"
 	return kubernetes.NewForConfig(cfg)
 }
@@ -222,7 +295,7 @@ func memMiB() (rss, peak int) {
 	if err != nil {
 		return 0, 0
 	}
-	for _, l := range strings.Split(string(data), "\n") {
+	for l := range strings.SplitSeq(string(data), "\n") {
 		f := strings.Fields(l)
 		if len(f) < 2 {
 			continue
@@ -263,6 +336,7 @@ func measure(ctx context.Context, c *cluster.Cluster, r run1) (result, error) {
 		return out, err
 	}
 	var requests atomic.Int64
+	by := &kinds{n: map[string]int64{}}
 	actx, acancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { acancel(); wg.Wait() }()
@@ -270,10 +344,10 @@ func measure(ctx context.Context, c *cluster.Cluster, r run1) (result, error) {
 	if err != nil {
 		return out, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	start := time.Now()
 	for i := range r.nodes {
-		a, err := newAgent(c.RESTConfig(), &requests, fmt.Sprintf("carve-scale-%03d", i), filepath.Join(dir, strconv.Itoa(i)), r.opLatency)
+		a, err := newAgent(c.RESTConfig(), &requests, by, fmt.Sprintf("carve-scale-%03d", i), filepath.Join(dir, strconv.Itoa(i)), r.opLatency)
 		if err != nil {
 			return out, err
 		}
@@ -287,7 +361,7 @@ func measure(ctx context.Context, c *cluster.Cluster, r run1) (result, error) {
 	time.Sleep(10 * time.Second) // let the start-up settle
 	f.takeMost()
 
-	req0, srv0, cpu0 := requests.Load(), must(serverRequests(ctx, cs)), cpu()
+	req0, srv0, cpu0, kinds0 := requests.Load(), must(serverRequests(ctx, cs)), cpu(), by.snapshot()
 	t0 := time.Now()
 	if err := harness.ApplyProfiles(ctx, cs, scaleNS, scaleCM, fileFor("balanced", r.bound)); err != nil {
 		return out, err
@@ -303,11 +377,13 @@ func measure(ctx context.Context, c *cluster.Cluster, r run1) (result, error) {
 	out.reqPerNodeChange = float64(requests.Load()-req0) / float64(r.nodes)
 	out.serverReqPerNode = (must(serverRequests(ctx, cs)) - srv0) / float64(r.nodes)
 	out.cpuChange = cpu() - cpu0
+	out.changeKinds = diffKinds(kinds0, by.snapshot(), 1/float64(r.nodes))
 
-	req1, cpu1 := requests.Load(), cpu()
+	req1, cpu1, kinds1 := requests.Load(), cpu(), by.snapshot()
 	time.Sleep(r.steady)
 	perHour := float64(time.Hour) / float64(r.steady)
 	out.reqPerNodeHour = float64(requests.Load()-req1) / float64(r.nodes) * perHour
+	out.idleKinds = diffKinds(kinds1, by.snapshot(), perHour/float64(r.nodes))
 	out.cpuHourPerNode = time.Duration(float64(cpu()-cpu1) / float64(r.nodes) * perHour)
 	return out, nil
 }
@@ -345,7 +421,7 @@ func wait(ctx context.Context, f *fleet, applied string, want int, limit time.Du
 }
 
 // newAgent builds one agent on its own simulated H100.
-func newAgent(base *rest.Config, requests *atomic.Int64, node, dir string, opLatency time.Duration) (*agent.Agent, error) {
+func newAgent(base *rest.Config, requests *atomic.Int64, by *kinds, node, dir string, opLatency time.Duration) (*agent.Agent, error) {
 	m, err := sim.New("h100-80gb*1")
 	if err != nil {
 		return nil, err
@@ -354,7 +430,7 @@ func newAgent(base *rest.Config, requests *atomic.Int64, node, dir string, opLat
 		return nil, err
 	}
 	m.SetLatency(sim.UniformLatency(opLatency))
-	client, err := agentClient(base, requests)
+	client, err := agentClient(base, requests, by)
 	if err != nil {
 		return nil, err
 	}

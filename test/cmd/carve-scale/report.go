@@ -34,6 +34,10 @@ counted from a watch on the rollout's slot Leases, outside the agents.
 			r.nodes, r.bound, r.boundNodes, r.converge.Round(100*time.Millisecond), r.most, r.reqPerNodeStartup, r.reqPerNodeChange,
 			r.serverReqPerNode, r.reqPerNodeHour, r.cpuChange.Round(10*time.Millisecond), r.cpuHourPerNode.Round(time.Millisecond), r.rssMiB, r.peakMiB)
 	}
+	fmt.Fprintf(&b, "\nRequests per node by kind:\n\n| nodes | maxUnavailable | the change | idle, per hour |\n|---|---|---|---|\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", r.nodes, r.bound, r.changeKinds, r.idleKinds)
+	}
 	fmt.Fprintf(&b, `
 ![convergence time by fleet size](scale.svg)
 
