@@ -53,19 +53,22 @@ type run1 struct {
 
 // result is what one run measured.
 type result struct {
-	nodes             int
-	bound             string
-	boundNodes        int
-	converge          time.Duration
-	most              int
-	reqPerNodeChange  float64
-	reqPerNodeHour    float64
-	serverReqPerNode  float64
-	cpuChange         time.Duration
-	cpuHourPerNode    time.Duration
-	rssMiB, peakMiB   int
-	startup           time.Duration
-	reqPerNodeStartup float64
+	nodes            int
+	bound            string
+	boundNodes       int
+	converge         time.Duration
+	most             int
+	reqPerNodeChange float64
+	reqPerNodeHour   float64
+	serverReqPerNode float64
+	// serverReqPerNodeHour is the API server's count while idle, per node
+	// and hour (the control plane's own requests included).
+	serverReqPerNodeHour float64
+	cpuChange            time.Duration
+	cpuHourPerNode       time.Duration
+	rssMiB, peakMiB      int
+	startup              time.Duration
+	reqPerNodeStartup    float64
 	// changeKinds and idleKinds break the requests per node down by kind.
 	changeKinds, idleKinds string
 }
@@ -379,10 +382,11 @@ func measure(ctx context.Context, c *cluster.Cluster, r run1) (result, error) {
 	out.cpuChange = cpu() - cpu0
 	out.changeKinds = diffKinds(kinds0, by.snapshot(), 1/float64(r.nodes))
 
-	req1, cpu1, kinds1 := requests.Load(), cpu(), by.snapshot()
+	req1, cpu1, kinds1, srv1 := requests.Load(), cpu(), by.snapshot(), must(serverRequests(ctx, cs))
 	time.Sleep(r.steady)
 	perHour := float64(time.Hour) / float64(r.steady)
 	out.reqPerNodeHour = float64(requests.Load()-req1) / float64(r.nodes) * perHour
+	out.serverReqPerNodeHour = (must(serverRequests(ctx, cs)) - srv1) / float64(r.nodes) * perHour
 	out.idleKinds = diffKinds(kinds1, by.snapshot(), perHour/float64(r.nodes))
 	out.cpuHourPerNode = time.Duration(float64(cpu()-cpu1) / float64(r.nodes) * perHour)
 	return out, nil

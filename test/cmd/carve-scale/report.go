@@ -26,13 +26,13 @@ compute instances, about %s) and waits until every node reports
 `+"`success`"+` with it. The most nodes in a disruptive change at once is
 counted from a watch on the rollout's slot Leases, outside the agents.
 
-| nodes | maxUnavailable | bound | all converged | most at once | requests per node, start-up | requests per node, the change | API server requests per node, the change | requests per node per hour, idle | CPU, the change (all agents) | CPU per node per hour, idle | memory (RSS, all agents) |
-|---|---|---|---|---|---|---|---|---|---|---|---|
+| nodes | maxUnavailable | bound | all converged | most at once | requests per node, start-up | requests per node, the change | API server requests per node, the change | requests per node per hour, idle | API server requests per node per hour, idle | CPU, the change (all agents) | CPU per node per hour, idle | memory (RSS, all agents) |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
 `, time.Now().UTC().Format("2006-01-02"), opLatency, 10*opLatency)
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %d | %s | %d | %s | %d | %.1f | %.1f | %.1f | %.0f | %s | %s | %d MiB (peak %d) |\n",
+		fmt.Fprintf(&b, "| %d | %s | %d | %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %s | %s | %d MiB (peak %d) |\n",
 			r.nodes, r.bound, r.boundNodes, r.converge.Round(100*time.Millisecond), r.most, r.reqPerNodeStartup, r.reqPerNodeChange,
-			r.serverReqPerNode, r.reqPerNodeHour, r.cpuChange.Round(10*time.Millisecond), r.cpuHourPerNode.Round(time.Millisecond), r.rssMiB, r.peakMiB)
+			r.serverReqPerNode, r.reqPerNodeHour, r.serverReqPerNodeHour, r.cpuChange.Round(10*time.Millisecond), r.cpuHourPerNode.Round(time.Millisecond), r.rssMiB, r.peakMiB)
 	}
 	fmt.Fprintf(&b, "\nRequests per node by kind:\n\n| nodes | maxUnavailable | the change | idle, per hour |\n|---|---|---|---|\n")
 	for _, r := range rs {
