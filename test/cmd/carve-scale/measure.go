@@ -256,6 +256,9 @@ func (c counting) WrappedRoundTripper() http.RoundTripper { return c.rt }
 // would have), counting its requests into n.
 func agentClient(base *rest.Config, n *atomic.Int64, by *kinds) (kubernetes.Interface, error) {
 	cfg := rest.CopyConfig(base)
+	// No overall timeout, as in carve-agent: the local cluster's 30 s
+	// would cut every watch after 30 s.
+	cfg.Timeout = 0
 	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return counting{rt: rt, n: n, by: by} }
 	cfg.UserAgent = "carve-agent (scale test)"

@@ -56,12 +56,9 @@ How to read it:
   the scheduler) and the harness's, hence higher.
 - **idle** is %s with nothing to change, scaled to an hour. Each agent
   also renews its member Lease every 10 minutes (6 requests an hour),
-  which a window shorter than that may not show. The breakdown shows that
-  idle requests are all new watches of the agent's two informers (its Node,
-  its ConfigMap): here each watch ends after well under a minute, though
-  client-go asks for 5 to 10 minutes; not explained yet (the harness's
-  per-agent transports, or this local API server), so read the idle
-  figures as an upper bound.
+  which a window shorter than that may not show, and each of its two
+  informers (its Node, its ConfigMap) starts a new watch every 5 to 10
+  minutes, as client-go's reflectors ask.
 - **CPU** and **memory** are the harness's process: all agents with their
   informers, simulators and clients, plus the harness's two watches.
 `, steady)
