@@ -139,9 +139,25 @@ func (l *LeaseRollout) tryAcquire(ctx context.Context, policy configs.Rollout, r
 		return rollout.Decision{}, false, err
 	}
 	leases := make([]rollout.Lease, 0, len(raw))
+	mine := rollout.FailureName(l.ConfigMap, l.Node)
+	var failure *coordinationv1.Lease
 	for i := range raw {
 		leases = append(leases, leaseView(&raw[i]))
+		if raw[i].Name == mine {
+			failure = &raw[i]
+		}
 	}
+	// The list says whether this node has a failure Lease, so that a
+	// success need not delete one that is not there. A list without it is
+	// believed only before this agent wrote one: a list from the cache
+	// may lag behind its own write.
+	l.mu.Lock()
+	if failure != nil {
+		l.failure, l.failureKnown = failure, true
+	} else if !l.failureKnown {
+		l.failureKnown = true
+	}
+	l.mu.Unlock()
 	if policy.MaxUnavailable.Percent {
 		members, err := l.memberLeases(ctx)
 		if err != nil {
