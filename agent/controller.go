@@ -29,7 +29,7 @@ import (
 )
 
 // ConfigKey is the key of the profile file in the ConfigMap.
-const ConfigKey = "profiles.yaml"
+const ConfigKey = carvev1.ConfigMapKey
 
 // EventRecorder emits Kubernetes Events; record.EventRecorder is one.
 type EventRecorder interface {

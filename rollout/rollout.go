@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -133,7 +134,7 @@ func Decide(leases []Lease, req Request, slotName func(i int) string) Decision {
 	}
 	d.Nodes = len(members)
 	d.Bound = req.Policy.MaxUnavailable.Of(d.Nodes)
-	d.Failed = sortedKeys(failed)
+	d.Failed = slices.Sorted(maps.Keys(failed))
 	for name, holder := range held {
 		d.Holders = append(d.Holders, holder)
 		if holder == req.Node {
@@ -163,15 +164,6 @@ func spread(node string, n int) int {
 	return int(binary.BigEndian.Uint32(sum[:4]) % uint32(n))
 }
 
-func sortedKeys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // maxName is the longest Lease name (a DNS subdomain).
 const maxName = 253
 
@@ -194,13 +186,18 @@ func FailureName(configMap, node string) string {
 // name joins prefix and suffix with "-"; a name too long for a Lease keeps
 // its start and ends in a hash of the whole.
 func name(prefix, suffix string) string {
-	n := prefix + "-" + suffix
-	if len(n) <= maxName {
-		return n
+	return fit(prefix+"-"+suffix, maxName, 8)
+}
+
+// fit returns s when it has at most limit bytes, else its start and a hash
+// of the whole (hashBytes bytes, in hex) within limit.
+func fit(s string, limit, hashBytes int) string {
+	if len(s) <= limit {
+		return s
 	}
-	sum := sha256.Sum256([]byte(n))
-	h := hex.EncodeToString(sum[:8])
-	return strings.TrimRight(n[:maxName-len(h)-1], "-.") + "-" + h
+	sum := sha256.Sum256([]byte(s))
+	h := hex.EncodeToString(sum[:hashBytes])
+	return strings.TrimRight(s[:limit-len(h)-1], "-.") + "-" + h
 }
 
 // Revision names a revision of the profile file by its content: a new
@@ -217,10 +214,5 @@ const maxLabelValue = 63
 // ConfigMap name: the name, or for a name too long for a label value its
 // start and a hash of the whole.
 func LabelValue(configMap string) string {
-	if len(configMap) <= maxLabelValue {
-		return configMap
-	}
-	sum := sha256.Sum256([]byte(configMap))
-	h := hex.EncodeToString(sum[:6])
-	return strings.TrimRight(configMap[:maxLabelValue-len(h)-1], "-.") + "-" + h
+	return fit(configMap, maxLabelValue, 6)
 }

@@ -176,3 +176,6 @@ const (
 	// was taken for, or a failure happened on.
 	LeaseAnnotationRevision = "carve.dev/revision"
 )
+
+// ConfigMapKey is the key of the profile file in the profile ConfigMap.
+const ConfigMapKey = "profiles.yaml"

@@ -17,9 +17,6 @@ import (
 	"github.com/carve-dev/carve/rollout"
 )
 
-// profilesKey is the key of the profile file in the ConfigMap.
-const profilesKey = "profiles.yaml"
-
 // rolloutStatus is the rollout of one profile ConfigMap: who holds the
 // slots, who failed on the file's revision, and whether it is halted.
 type rolloutStatus struct {
@@ -60,13 +57,13 @@ func rolloutOf(ctx context.Context, cs kubernetes.Interface, ns, name string, no
 	case err != nil:
 		out.Error = fmt.Sprintf("read ConfigMap %s: %v", out.ConfigMap, err)
 	default:
-		data := cm.Data[profilesKey]
+		data := cm.Data[carvev1.ConfigMapKey]
 		out.Revision = rollout.Revision(data)
 		if f, err := configs.Parse([]byte(data)); err == nil {
 			policy = &f.Rollout
 			out.MaxUnavailable, out.MaxFailures = f.Rollout.MaxUnavailable.String(), f.Rollout.MaxFailures
 		} else {
-			out.Error = fmt.Sprintf("ConfigMap %s key %s is invalid; the agents apply nothing from it", out.ConfigMap, profilesKey)
+			out.Error = fmt.Sprintf("ConfigMap %s key %s is invalid; the agents apply nothing from it", out.ConfigMap, carvev1.ConfigMapKey)
 		}
 	}
 	list, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: carvev1.LeaseLabelConfigMap + "=" + rollout.LabelValue(name)})

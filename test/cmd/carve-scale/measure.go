@@ -31,6 +31,7 @@ import (
 
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
@@ -322,6 +323,11 @@ func memMiB() (rss, peak int) {
 func measure(ctx context.Context, c *cluster.Cluster, r run1) (result, error) {
 	cs := c.Clientset()
 	out := result{nodes: r.nodes, bound: r.bound}
+	f0, err := configs.Parse([]byte(fileFor("full", r.bound)))
+	if err != nil {
+		return out, fmt.Errorf("--bounds %q: %w", r.bound, err)
+	}
+	out.boundNodes = f0.Rollout.MaxUnavailable.Of(r.nodes)
 	if err := clean(cs); err != nil {
 		return out, err
 	}
@@ -377,7 +383,6 @@ func measure(ctx context.Context, c *cluster.Cluster, r run1) (result, error) {
 	}
 	out.converge = time.Since(t0)
 	out.most = f.takeMost()
-	out.boundNodes = boundOf(r.bound, r.nodes)
 	out.rssMiB, out.peakMiB = memMiB()
 	time.Sleep(10 * time.Second) // the slots are released, the last patches land
 	out.reqPerNodeChange = float64(requests.Load()-req0) / float64(r.nodes)
@@ -400,15 +405,6 @@ func must(v float64, err error) float64 {
 		return 0
 	}
 	return v
-}
-
-func boundOf(bound string, nodes int) int {
-	if p, ok := strings.CutSuffix(bound, "%"); ok {
-		n, _ := strconv.Atoi(p)
-		return (n*nodes + 99) / 100
-	}
-	n, _ := strconv.Atoi(bound)
-	return n
 }
 
 // wait waits until want nodes are in state success with applied.
