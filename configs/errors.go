@@ -37,11 +37,21 @@ type Error struct {
 	Problems []Problem
 }
 
-// Error returns one line per problem.
+// maxErrorLines bounds the problems Error writes out, so that a file with
+// thousands of problems gives a message that fits an Event or an
+// annotation; Problems holds them all.
+const maxErrorLines = 20
+
+// Error returns one line per problem, at most maxErrorLines of them and
+// then a line that counts the rest.
 func (e *Error) Error() string {
-	lines := make([]string, len(e.Problems))
-	for i, p := range e.Problems {
+	n := min(len(e.Problems), maxErrorLines)
+	lines := make([]string, n, n+1)
+	for i, p := range e.Problems[:n] {
 		lines[i] = p.String()
+	}
+	if rest := len(e.Problems) - n; rest > 0 {
+		lines = append(lines, fmt.Sprintf("... and %d more problems (%d in all)", rest, len(e.Problems)))
 	}
 	return strings.Join(lines, "\n")
 }

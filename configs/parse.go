@@ -1,8 +1,8 @@
 package configs
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -13,11 +13,18 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"sigs.k8s.io/yaml"
-
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/internal/textfmt"
+	"github.com/carve-dev/carve/internal/yamltree"
 )
+
+// MaxFileBytes is the largest profile file Parse reads: 256 KiB, a
+// hundred times what a fleet's profiles take, and a quarter of what a
+// ConfigMap may hold. A larger file is refused before it is parsed.
+const MaxFileBytes = 256 << 10
+
+// MaxGPUIndex is the largest GPU index an entry may list.
+const MaxGPUIndex = 255
 
 // maxMIGCount bounds the instances of one MIG profile in an entry; no GPU
 // holds nearly as many, and the bound keeps absurd numbers away from the
@@ -62,19 +69,18 @@ const (
 // rollout takes the fields it does not give from the file's).
 func Parse(data []byte) (*File, error) {
 	var ps problems
-	j, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
-		msg = strings.TrimPrefix(msg, "yaml: ")
-		msg = strings.TrimSpace(strings.TrimPrefix(msg, "unmarshal errors:"))
-		ps.add("", "invalid YAML: %s", msg)
+	if len(data) > MaxFileBytes {
+		ps.add("", "the file is %d bytes; the limit is %d (%d KiB)", len(data), MaxFileBytes, MaxFileBytes/1024)
 		return nil, ps.err()
 	}
-	dec := json.NewDecoder(bytes.NewReader(j))
-	dec.UseNumber()
-	var tree any
-	if err := dec.Decode(&tree); err != nil {
-		ps.add("", "invalid YAML: %v", err)
+	tree, yps, err := yamltree.Decode(data)
+	for _, p := range yps {
+		ps.add(p.Path, "%s", p.Message)
+	}
+	if err != nil && !errors.Is(err, yamltree.ErrEmpty) {
+		ps.add("", "%v", err)
+	}
+	if len(ps.list) > 0 {
 		return nil, ps.err()
 	}
 	d := &decoder{ps: &ps}
@@ -352,6 +358,8 @@ func (d *decoder) gpus(path string, v any) GPUSelector {
 			case !ok:
 			case n < 0:
 				d.ps.add(p, "GPU index %d is negative", n)
+			case n > MaxGPUIndex:
+				d.ps.add(p, "GPU index %d is beyond %d; no node has that many GPUs", n, MaxGPUIndex)
 			case seen[n]:
 				d.ps.add(p, "GPU %d is listed twice", n)
 			default:
@@ -471,58 +479,6 @@ func (d *decoder) replicas(path string, v any, mig map[string]int) Replicas {
 		d.ps.add(path, "must be a number, or a mapping of MIG profile to number, not %s", textfmt.Kind(v))
 	}
 	return Replicas{}
-}
-
-// overlaps reports GPUs that two entries of a profile could both select,
-// judged without hardware knowledge: entries overlap when their index sets
-// meet and either has no model filter or both filters are the same.
-// Validate repeats the check with the models of a geometry or a node.
-func (d *decoder) overlaps(path string, entries Profile) {
-	for j := range entries {
-		for i := range j {
-			a, b := entries[i], entries[j]
-			if a.GPUs.All && a.Model == "" {
-				d.ps.add(textfmt.Item(path, j), "unreachable: %s (gpus: all, no model filter) already selects every GPU", textfmt.Item(path, i))
-				break
-			}
-			if a.Model != "" && b.Model != "" && normalModel(a.Model) != normalModel(b.Model) {
-				continue
-			}
-			if common := commonGPUs(a.GPUs, b.GPUs); common != "" {
-				d.ps.add(textfmt.Field(textfmt.Item(path, j), fieldGPUs), "%s also selected by %s; a GPU may be selected by one entry only", common, textfmt.Item(path, i))
-			}
-		}
-	}
-}
-
-// commonGPUs describes the GPUs two selectors both select, "" for none.
-func commonGPUs(a, b GPUSelector) string {
-	switch {
-	case a.All && b.All:
-		return "every GPU is"
-	case a.All:
-		return describeGPUs(b.Indices)
-	case b.All:
-		return describeGPUs(a.Indices)
-	}
-	var both []int
-	for _, i := range b.Indices {
-		if slices.Contains(a.Indices, i) {
-			both = append(both, i)
-		}
-	}
-	return describeGPUs(both)
-}
-
-// describeGPUs writes "GPU 3 is" or "GPUs 0-1 are", "" for none.
-func describeGPUs(idx []int) string {
-	switch len(idx) {
-	case 0:
-		return ""
-	case 1:
-		return textfmt.GPUs(idx) + " is"
-	}
-	return textfmt.GPUs(idx) + " are"
 }
 
 func (d *decoder) rules(path string, v any) []Rule {

@@ -214,12 +214,13 @@ profiles:
     - gpus: all
   full:
     - gpus: all
-`, []string{`invalid YAML: line 6: key "full" already set in map`}},
-		{"two duplicate keys stay on one line", "version: v1\nversion: v1\nprofiles: {a: []}\nprofiles: {a: []}\n", []string{
-			`invalid YAML: line 2: key "version" already set in map; line 4: key "profiles" already set in map`,
+`, []string{`profiles.full: line 5: key "full" given twice (first on line 3)`}},
+		{"two duplicate keys, each at its place", "version: v1\nversion: v1\nprofiles: {a: []}\nprofiles: {a: []}\n", []string{
+			`profiles: line 4: key "profiles" given twice (first on line 3)`,
+			`version: line 2: key "version" given twice (first on line 1)`,
 		}},
-		{"not YAML", "version: [v1\n", []string{"invalid YAML: line 1: did not find expected ',' or ']'"}},
-		{"tab indentation", "version: v1\nprofiles:\n  a:\n  - gpus: all\n\tmig: {}\n", []string{"invalid YAML: line 5: found a tab character that violates indentation"}},
+		{"not YAML", "version: [v1\n", []string{"line 1: invalid YAML: did not find expected ',' or ']'"}},
+		{"tab indentation", "version: v1\nprofiles:\n  a:\n  - gpus: all\n\tmig: {}\n", []string{"line 4: invalid YAML: found a tab character that violates indentation"}},
 		{"empty file", "", []string{"the file is empty"}},
 		{"top level is a list", "- a\n", []string{"must be a mapping, not a list"}},
 		{"version missing and profiles missing", "defaultProfile: x\n", []string{
@@ -319,8 +320,7 @@ profiles:
       model: A30
 `, []string{
 			"profiles.a[1].gpus: GPU 2 is also selected by profiles.a[0]",
-			"profiles.a[2].gpus: GPU 2 is also selected by profiles.a[1]",
-			"profiles.a[2].gpus: GPUs 1-2 are also selected by profiles.a[0]",
+			"profiles.a[2].gpus: GPUs 1-2 are also selected by profiles.a[0]", // once per entry: the first it overlaps
 			"profiles.b[1]: unreachable: profiles.b[0] (gpus: all, no model filter) already selects every GPU",
 			"profiles.c[1].gpus: GPU 1 is also selected by profiles.c[0]",
 		}},
@@ -343,7 +343,7 @@ windows:
     profile: full
   - profile: full
   - nodeSelector: {pool: a}
-  - nodeSelector: {gpu.count: 8, ready: yes, "bad key!": x, pool: "bad value!"}
+  - nodeSelector: {gpu.count: 8, ready: true, "bad key!": x, pool: "bad value!"}
     profile: full
   - full
 `, []string{

@@ -282,31 +282,6 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 	checkModelOverlaps(ps, path, entries, models)
 }
 
-// checkModelOverlaps reports entries whose index sets meet and whose
-// different model filters both match a known model (Parse reports the
-// other overlaps).
-func checkModelOverlaps(ps *problems, path string, entries Profile, models []GPUModel) {
-	for j := range entries {
-		for i := range j {
-			a, b := entries[i], entries[j]
-			if a.Model == "" || b.Model == "" || normalModel(a.Model) == normalModel(b.Model) {
-				continue
-			}
-			common := commonGPUs(a.GPUs, b.GPUs)
-			if common == "" {
-				continue
-			}
-			for _, m := range models {
-				if MatchModel(a.Model, m) && MatchModel(b.Model, m) {
-					ps.add(textfmt.Field(textfmt.Item(path, j), fieldGPUs), "on %s, %s also selected by %s (both model filters match %s)",
-						m.Key, common, textfmt.Item(path, i), m.Key)
-					break
-				}
-			}
-		}
-	}
-}
-
 // checkMIG checks that a model has the entry's MIG profiles and can hold
 // all the instances at once.
 func checkMIG(ps *problems, path string, g Geometry, m GPUModel, mig map[string]int, where string) {
