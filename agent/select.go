@@ -53,9 +53,13 @@ func (p *pass) reportUnverified(places []configs.Problem) {
 	if len(places) == 0 {
 		return
 	}
-	lines := make([]string, len(places))
-	for i, pl := range places {
-		lines[i] = pl.String()
+	const most = 20 // an Event names the first ones and counts the rest
+	lines := make([]string, 0, min(len(places), most)+1)
+	for _, pl := range places[:min(len(places), most)] {
+		lines = append(lines, pl.String())
+	}
+	if len(places) > most {
+		lines = append(lines, fmt.Sprintf("and %d more", len(places)-most))
 	}
 	p.event(true, carvev1.ReasonConfigUnverified, "profile file entries not checked on this node, for GPU models it does not know (checked on nodes that have them): %s",
 		strings.Join(lines, "; "))

@@ -758,14 +758,9 @@ func FuzzSelect(f *testing.F) {
 		bounds := o.boundaries(labels, now, horizon)
 		cur, curErr := o.selectAt(labels, now)
 		var want time.Time
-		capped := false
-		for k, b := range bounds {
+		for _, b := range bounds {
 			if a, aErr := o.selectAt(labels, b); a != cur || aErr != curErr {
 				want = b
-				break
-			}
-			if k+1 == maxChangeSteps {
-				want, capped = b, true
 				break
 			}
 		}
@@ -776,6 +771,7 @@ func FuzzSelect(f *testing.F) {
 			t.Fatalf("NextChange(%v, %s) = %s; the oracle's first change is at %s", labels, now, next, want)
 		}
 
+		checkTimeline(t, file, labels, now, 3*24*time.Hour)
 		if next.IsZero() {
 			return
 		}
@@ -795,10 +791,44 @@ func FuzzSelect(f *testing.F) {
 		if !same(s, err, before, errBefore) {
 			t.Fatalf("Select at %s (error %v) and at NextChange-1ns %s (error %v) differ (-now +before):\n%s", now, err, next, errBefore, cmp.Diff(s, before))
 		}
-		if at, errAt := file.Select(labels, next); !capped && same(s, err, at, errAt) {
+		if at, errAt := file.Select(labels, next); same(s, err, at, errAt) {
 			t.Fatalf("Select at NextChange(%v, %s) = %s is %+v (error %v), as at now: the answer must change there", labels, now, next, at, errAt)
 		}
 		checkOracle(next.Add(-time.Nanosecond), "NextChange-1ns")
 		checkOracle(next, "NextChange")
 	})
+}
+
+// checkTimeline checks Timeline against Select: the spans cover [now,
+// now+d) without gaps, Select agrees with each span at its start and just
+// before its end, and consecutive spans differ.
+func checkTimeline(t *testing.T, file *File, labels map[string]string, now time.Time, d time.Duration) {
+	t.Helper()
+	spans, cut := file.Timeline(labels, now, d)
+	if !cut.IsZero() {
+		t.Fatalf("Timeline(%v, %s) cut at %s", labels, now, cut)
+	}
+	at := now
+	for k, sp := range spans {
+		if !sp.Start.Equal(at) || !sp.End.After(sp.Start) {
+			t.Fatalf("span %d [%s, %s) does not follow %s", k, sp.Start, sp.End, at)
+		}
+		for _, x := range []time.Time{sp.Start, sp.End.Add(-time.Nanosecond)} {
+			s, err := file.Select(labels, x)
+			errText := ""
+			if err != nil {
+				errText = err.Error()
+			}
+			if s.Profile != sp.Profile || s.Source != sp.Source || s.Window != sp.Window || errText != sp.Error {
+				t.Fatalf("span %d %+v, but Select at %s = %+v (error %q)", k, sp, x, s, errText)
+			}
+		}
+		if k > 0 && spans[k-1].Profile == sp.Profile && spans[k-1].Source == sp.Source && spans[k-1].Window == sp.Window && spans[k-1].Error == sp.Error {
+			t.Fatalf("spans %d and %d hold the same selection", k-1, k)
+		}
+		at = sp.End
+	}
+	if !at.Equal(now.Add(d)) {
+		t.Fatalf("timeline ends at %s, want %s", at, now.Add(d))
+	}
 }

@@ -5,6 +5,16 @@ import (
 	"unicode"
 )
 
+// productsWithoutMIG are NVIDIA data-center GPUs that cannot run MIG but
+// can be time-sliced: a model filter of an entry without MIG that matches
+// one of these (or a MIG-capable model) is not flagged as unknown.
+func productsWithoutMIG() []string {
+	return []string{
+		"L4", "L40", "L40S", "T4", "A10", "A10G", "A16", "A2", "A40", "V100", "P100", "P40", "P4",
+		"RTX 6000 Ada Generation", "RTX A6000", "RTX A5000", "RTX A4000", "Quadro RTX 8000",
+	}
+}
+
 // MatchModel reports whether a profile entry's model filter selects a GPU
 // model. Case does not matter, spaces, dashes and underscores are alike, and
 // a leading "NVIDIA" is optional. The filter matches when its words appear,

@@ -70,7 +70,7 @@ const (
 func Parse(data []byte) (*File, error) {
 	var ps problems
 	if len(data) > MaxFileBytes {
-		ps.add("", "the file is %d bytes; the limit is %d (%d KiB)", len(data), MaxFileBytes, MaxFileBytes/1024)
+		ps.add("", "the file is larger than %d bytes (%d KiB), the most carve reads", MaxFileBytes, MaxFileBytes/1024)
 		return nil, ps.err()
 	}
 	tree, yps, err := yamltree.Decode(data)

@@ -168,32 +168,3 @@ func (r *Recurrence) active(t time.Time) bool {
 	s := c.next(t.Add(-r.Duration))
 	return !s.IsZero() && !s.After(t)
 }
-
-// nextBoundary returns the first instant after t at which an occurrence
-// starts or ends, or the zero time when there is none. Whether the
-// recurrence is active can change only at such instants.
-func (r *Recurrence) nextBoundary(t time.Time) time.Time {
-	c, err := r.schedule()
-	if err != nil || r.Duration <= 0 {
-		return time.Time{}
-	}
-	start := c.next(t)
-	end := c.next(t.Add(-r.Duration))
-	if !end.IsZero() {
-		end = end.Add(r.Duration)
-	}
-	return earliest(start, end)
-}
-
-// earliest returns the earlier of two times, ignoring zero times.
-func earliest(a, b time.Time) time.Time {
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero():
-		return a
-	case b.Before(a):
-		return b
-	}
-	return a
-}

@@ -189,7 +189,7 @@ func TestRecurrenceActiveAndBoundaries(t *testing.T) {
 		r      Recurrence
 		at     time.Time
 		active bool
-		next   time.Time // next boundary
+		next   time.Time // next change of active; zero: none within a year
 	}{
 		{"before the start", night, time.Date(2025, 6, 2, 19, 59, 0, 0, berlin), false, time.Date(2025, 6, 2, 20, 0, 0, 0, berlin)},
 		{"at the start", night, time.Date(2025, 6, 2, 20, 0, 0, 0, berlin), true, time.Date(2025, 6, 3, 6, 0, 0, 0, berlin)},
@@ -200,25 +200,34 @@ func TestRecurrenceActiveAndBoundaries(t *testing.T) {
 		{"autumn night ends an hour early on the wall clock", night, time.Date(2025, 10, 26, 4, 59, 0, 0, berlin), true, time.Date(2025, 10, 26, 5, 0, 0, 0, berlin)},
 		{"autumn night over", night, time.Date(2025, 10, 26, 5, 0, 0, 0, berlin), false, time.Date(2025, 10, 26, 20, 0, 0, 0, berlin)},
 		{"spring night ends at 07:00 CEST", night, time.Date(2025, 3, 30, 6, 30, 0, 0, berlin), true, time.Date(2025, 3, 30, 7, 0, 0, 0, berlin)},
-		{"overlapping occurrences join", Recurrence{Schedule: "0 * * * *", Duration: 90 * time.Minute}, utc(2025, 1, 1, 10, 45), true, utc(2025, 1, 1, 11, 0)},
+		{"overlapping occurrences join: active for good", Recurrence{Schedule: "0 * * * *", Duration: 90 * time.Minute}, utc(2025, 1, 1, 10, 45), true, time.Time{}},
 		{"a one-minute window", Recurrence{Schedule: "0 12 * * *", Duration: time.Minute}, utc(2025, 1, 1, 12, 0), true, utc(2025, 1, 1, 12, 1)},
-		{"a week-long window", Recurrence{Schedule: "0 0 * * 1", Duration: 168 * time.Hour}, utc(2025, 1, 5, 23, 59), true, utc(2025, 1, 6, 0, 0)},
+		{"a week-long window every week never ends", Recurrence{Schedule: "0 0 * * 1", Duration: 168 * time.Hour}, utc(2025, 1, 5, 23, 59), true, time.Time{}},
+		{"a week-long window every other month ends", Recurrence{Schedule: "0 0 1 */2 *", Duration: 168 * time.Hour}, utc(2025, 1, 5, 23, 59), true, utc(2025, 1, 8, 0, 0)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.r.active(tc.at); got != tc.active {
 				t.Errorf("active(%s) = %v, want %v", tc.at, got, tc.active)
 			}
-			if got := tc.r.nextBoundary(tc.at); !got.Equal(tc.next) {
-				t.Errorf("nextBoundary(%s) = %s, want %s", tc.at, got, tc.next)
+			if got := nextChange(&tc.r, tc.at); !got.Equal(tc.next) {
+				t.Errorf("next change after %s = %s, want %s", tc.at, got, tc.next)
 			}
 		})
 	}
 }
 
+// nextChange is the first instant after at, within a year, at which r
+// becomes active or stops being active; zero for none.
+func nextChange(r *Recurrence, at time.Time) time.Time {
+	sw := newSweep([]*Recurrence{r}, nil, at, at.Add(366*24*time.Hour), timelineBudget)
+	t, _ := sw.Advance()
+	return t
+}
+
 func TestRecurrenceNotCompiled(t *testing.T) {
 	bad := Recurrence{Schedule: "nope", Duration: time.Hour}
-	if bad.active(utc(2025, 1, 1, 0, 0)) || !bad.nextBoundary(utc(2025, 1, 1, 0, 0)).IsZero() {
+	if bad.active(utc(2025, 1, 1, 0, 0)) || !nextChange(&bad, utc(2025, 1, 1, 0, 0)).IsZero() {
 		t.Error("a schedule that does not compile must never be active")
 	}
 	handMade := Recurrence{Schedule: "0 1 * * *", Duration: time.Hour, TimeZone: "Asia/Tokyo"}

@@ -7,13 +7,17 @@ import (
 	"github.com/carve-dev/carve/internal/textfmt"
 )
 
-// maxChangeSteps bounds the boundary instants NextChange and InMaintenance
-// examine; past it they return the last one examined, at which the answer
-// has not changed, so the caller simply asks again then.
-const maxChangeSteps = 1000
+// Budgets of cron evaluations for the sweeps over windows (sweep.go):
+// NextChange and InMaintenance run on every pass of the agent, Timeline
+// once per carvectl windows. Each is about a microsecond.
+const (
+	changeBudget   = 100_000
+	timelineBudget = 2_000_000
+)
 
-// maxTimelineSteps bounds the boundary instants Timeline examines.
-const maxTimelineSteps = 200000
+// changeHorizon is how far NextChange and InMaintenance look ahead; cron
+// schedules that do not fire within five years never fire.
+const changeHorizon = 5 * 366 * 24 * time.Hour
 
 // selectorMatches reports whether labels carry every key of sel with the
 // same value. An empty or nil selector matches every node.
@@ -50,9 +54,19 @@ func (f *File) Select(labels map[string]string, now time.Time) (Selection, error
 			return Selection{Source: SourceNone, Rule: -1}, fmt.Errorf("%s: %w", textfmt.Item(fieldWindows, i), err)
 		}
 		if w.active(now) {
-			return Selection{Profile: w.Profile, Source: SourceWindow, Window: w.Name, Rule: -1}, nil
+			return w.selection(), nil
 		}
 	}
+	return f.selectWithoutWindows(labels)
+}
+
+// selection is what an active window selects.
+func (w *Window) selection() Selection {
+	return Selection{Profile: w.Profile, Source: SourceWindow, Window: w.Name, Rule: -1}
+}
+
+// selectWithoutWindows is Select when no window is active: steps 2-5.
+func (f *File) selectWithoutWindows(labels map[string]string) (Selection, error) {
 	if v := labels[f.PinLabel()]; v != "" {
 		if _, ok := f.Profiles[v]; !ok {
 			return Selection{Source: SourceNone, Rule: -1},
@@ -71,25 +85,41 @@ func (f *File) Select(labels map[string]string, now time.Time) (Selection, error
 	return Selection{Source: SourceNone, Rule: -1}, nil
 }
 
-// matchingWindows returns the windows whose nodeSelector matches labels.
-func (f *File) matchingWindows(labels map[string]string) []*Recurrence {
-	var out []*Recurrence
+// windowSweep is a sweep over the windows that apply to a node with
+// these labels, from from up to horizon, and a function giving the
+// selection while the first active one of them is the i-th (-1: none).
+// Select stops at the first window whose schedule does not compile; so
+// does this: that window stands for its error, active for good.
+func (f *File) windowSweep(labels map[string]string, from, horizon time.Time, budget int) (*sweep, func(i int) selection) {
+	var rs []*Recurrence
+	var always []bool
+	var sels []selection
 	for i := range f.Windows {
-		if selectorMatches(f.Windows[i].NodeSelector, labels) {
-			out = append(out, &f.Windows[i].Recurrence)
+		w := &f.Windows[i]
+		if !selectorMatches(w.NodeSelector, labels) {
+			continue
 		}
+		rs = append(rs, &w.Recurrence)
+		if _, err := w.schedule(); err != nil {
+			always = append(always, true)
+			sels = append(sels, selection{Selection: Selection{Source: SourceNone, Rule: -1}, err: fmt.Errorf("%s: %w", textfmt.Item(fieldWindows, i), err).Error()})
+			break
+		}
+		always = append(always, false)
+		sels = append(sels, selection{Selection: w.selection()})
 	}
-	return out
-}
-
-// nextBoundaryOf returns the first instant after t at which one of the
-// recurrences starts or ends, or the zero time when none ever does.
-func nextBoundaryOf(rs []*Recurrence, t time.Time) time.Time {
-	var next time.Time
-	for _, r := range rs {
-		next = earliest(next, r.nextBoundary(t))
+	base := selection{}
+	if s, err := f.selectWithoutWindows(labels); err != nil {
+		base = selection{Selection: s, err: err.Error()}
+	} else {
+		base = selection{Selection: s}
 	}
-	return next
+	return newSweep(rs, always, from, horizon, budget), func(i int) selection {
+		if i < 0 {
+			return base
+		}
+		return sels[i]
+	}
 }
 
 // selection is a Select answer, error included, comparable with ==.
@@ -98,45 +128,33 @@ type selection struct {
 	err string
 }
 
-func (f *File) selectAt(labels map[string]string, t time.Time) selection {
-	s, err := f.Select(labels, t)
-	if err != nil {
-		return selection{Selection: s, err: err.Error()}
-	}
-	return selection{Selection: s}
-}
-
 // NextChange returns the earliest instant after now at which Select's
 // answer for these labels can change, or the zero time when it never will
-// (no window applies to the node). Only window starts and ends change the
-// answer; NextChange skips those that leave it as it is (a window that
-// starts while an earlier-listed one is active), within a bound: after
-// many such instants it returns the last one, where the answer is still
-// the same, so a timer set to it is always safe.
+// (no window applies to the node, or none starts or ends within five
+// years). Window starts and ends that leave the answer as it is (a window
+// that starts while an earlier-listed one is active, occurrences that
+// overlap) are skipped. The work is bounded: when windows change too often
+// to look far enough, it returns the last instant it looked at, where the
+// answer is still the same, so a timer set to it is always safe.
 func (f *File) NextChange(labels map[string]string, now time.Time) time.Time {
-	ws := f.matchingWindows(labels)
-	if len(ws) == 0 {
-		return time.Time{}
-	}
-	cur := f.selectAt(labels, now)
-	t := now
-	for range maxChangeSteps {
-		c := nextBoundaryOf(ws, t)
-		if c.IsZero() {
-			return time.Time{}
+	sw, sel := f.windowSweep(labels, now, now.Add(changeHorizon), changeBudget)
+	cur := sel(sw.First())
+	for {
+		t, ok := sw.Advance()
+		if !ok {
+			return sw.Cut.In(now.Location()) // zero when the sweep ran out of changes
 		}
-		if f.selectAt(labels, c) != cur {
-			return c.In(now.Location())
+		if sel(sw.First()) != cur {
+			return t.In(now.Location())
 		}
-		t = c
 	}
-	return t.In(now.Location())
 }
 
 // InMaintenance reports whether disruptive changes may run at now, and the
 // next instant after now at which that changes (zero when it never does).
 // Without maintenance windows changes may run any time: (true, zero).
-// Overlapping or back-to-back maintenance windows count as one.
+// Overlapping or back-to-back maintenance windows count as one. The work is
+// bounded as NextChange's is.
 func (f *File) InMaintenance(now time.Time) (active bool, next time.Time) {
 	if len(f.Maintenance) == 0 {
 		return true, time.Time{}
@@ -145,63 +163,55 @@ func (f *File) InMaintenance(now time.Time) (active bool, next time.Time) {
 	for i := range f.Maintenance {
 		rs[i] = &f.Maintenance[i]
 	}
-	anyActive := func(t time.Time) bool {
-		for _, r := range rs {
-			if r.active(t) {
-				return true
-			}
+	sw := newSweep(rs, nil, now, now.Add(changeHorizon), changeBudget)
+	active = sw.Any()
+	for {
+		t, ok := sw.Advance()
+		if !ok {
+			return active, sw.Cut.In(now.Location())
 		}
-		return false
+		if sw.Any() != active {
+			return active, t.In(now.Location())
+		}
 	}
-	active = anyActive(now)
-	t := now
-	for range maxChangeSteps {
-		c := nextBoundaryOf(rs, t)
-		if c.IsZero() {
-			return active, time.Time{}
-		}
-		if anyActive(c) != active {
-			return active, c.In(now.Location())
-		}
-		t = c
-	}
-	return active, t.In(now.Location())
 }
 
 // Timeline returns the selections in force for a node with these labels
 // from from for d, as consecutive spans, each with a different answer from
 // the one before. Span times are in from's location. When windows change
-// so often that more than a large bound of instants would need examining,
-// the timeline ends early, at the last instant examined.
-func (f *File) Timeline(labels map[string]string, from time.Time, d time.Duration) []Span {
+// so often that the work would exceed a large bound, the timeline ends
+// early and cut is the instant it ends at; cut is zero when the timeline
+// covers all of d.
+func (f *File) Timeline(labels map[string]string, from time.Time, d time.Duration) (spans []Span, cut time.Time) {
+	return f.timeline(labels, from, d, timelineBudget)
+}
+
+// timeline is Timeline with a budget of cron evaluations.
+func (f *File) timeline(labels map[string]string, from time.Time, d time.Duration, budget int) (spans []Span, cut time.Time) {
 	if d <= 0 {
-		return nil
+		return nil, time.Time{}
 	}
 	loc := from.Location()
 	end := from.Add(d)
-	ws := f.matchingWindows(labels)
-	var spans []Span
-	start, cur := from, f.selectAt(labels, from)
-	t := from
-	for steps := 0; ; steps++ {
-		if steps == maxTimelineSteps {
-			end = t
+	sw, sel := f.windowSweep(labels, from, end, budget)
+	start, cur := from, sel(sw.First())
+	for {
+		t, ok := sw.Advance()
+		if !ok {
 			break
 		}
-		c := nextBoundaryOf(ws, t)
-		if c.IsZero() || !c.Before(end) {
-			break
+		if s := sel(sw.First()); s != cur {
+			spans = append(spans, makeSpan(start.In(loc), t.In(loc), cur))
+			start, cur = t, s
 		}
-		if s := f.selectAt(labels, c); s != cur {
-			spans = append(spans, makeSpan(start.In(loc), c.In(loc), cur))
-			start, cur = c, s
-		}
-		t = c
+	}
+	if !sw.Cut.IsZero() {
+		end, cut = sw.Cut, sw.Cut.In(loc)
 	}
 	if end.After(start) {
 		spans = append(spans, makeSpan(start.In(loc), end.In(loc), cur))
 	}
-	return spans
+	return spans, cut
 }
 
 func makeSpan(start, end time.Time, s selection) Span {

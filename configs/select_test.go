@@ -306,7 +306,10 @@ func TestTimeline(t *testing.T) {
 	f := mustParse(t, selectFile)
 	inference := map[string]string{"pool": "inference"}
 	from := utc(2025, 6, 2, 0, 0)
-	got := f.Timeline(inference, from, 30*time.Hour)
+	got, cut := f.Timeline(inference, from, 30*time.Hour)
+	if !cut.IsZero() {
+		t.Errorf("timeline cut at %s", cut)
+	}
 	span := func(h1, h2 int, profile, source, window string) Span {
 		return Span{Start: from.Add(time.Duration(h1) * time.Minute), End: from.Add(time.Duration(h2) * time.Minute),
 			Profile: profile, Source: source, Window: window}
@@ -323,11 +326,11 @@ func TestTimeline(t *testing.T) {
 	if diff := cmp.Diff(want, got, exactTime); diff != "" {
 		t.Errorf("Timeline mismatch (-want +got):\n%s", diff)
 	}
-	if got := f.Timeline(inference, from, 0); got != nil {
+	if got, _ := f.Timeline(inference, from, 0); got != nil {
 		t.Errorf("empty timeline = %v", got)
 	}
 	// A label naming an unknown profile shows as an error outside windows.
-	bad := f.Timeline(map[string]string{carvev1.LabelProfile: "x"}, utc(2025, 6, 2, 11, 0), 2*time.Hour)
+	bad, _ := f.Timeline(map[string]string{carvev1.LabelProfile: "x"}, utc(2025, 6, 2, 11, 0), 2*time.Hour)
 	if len(bad) != 2 || bad[0].Error == "" || bad[0].Source != SourceNone || bad[1].Window != "noon" || bad[1].Error != "" {
 		t.Errorf("timeline with a bad label = %s", spansString(bad))
 	}
@@ -342,7 +345,7 @@ windows:
 `)
 	berlin := mustZone(t, "Europe/Berlin")
 	from := time.Date(2025, 10, 25, 12, 0, 0, 0, berlin)
-	got := f.Timeline(nil, from, 24*time.Hour)
+	got, _ := f.Timeline(nil, from, 24*time.Hour)
 	if len(got) != 3 {
 		t.Fatalf("Timeline = %s", spansString(got))
 	}

@@ -210,6 +210,7 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 	}
 	for i, e := range entries {
 		if e.MIG == nil {
+			checkSharingModel(ps, textfmt.Field(textfmt.Item(path, i), fieldModel), e.Model, models, keys)
 			continue
 		}
 		p := textfmt.Field(textfmt.Item(path, i), fieldMIG)
@@ -280,6 +281,24 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 		}
 	}
 	checkModelOverlaps(ps, path, entries, models)
+}
+
+// checkSharingModel notes the model filter of an entry without MIG when it
+// matches no GPU model known here, MIG-capable or not: a typo would
+// otherwise select nothing without a word. It is a note (unverified), not
+// an error, since the filter may name a GPU newer than carve.
+func checkSharingModel(ps *problems, path, filter string, models []GPUModel, keys []string) {
+	if filter == "" || slices.ContainsFunc(models, func(m GPUModel) bool { return MatchModel(filter, m) }) {
+		return
+	}
+	others := productsWithoutMIG()
+	for _, product := range others {
+		if MatchModel(filter, GPUModel{Product: product}) {
+			return
+		}
+	}
+	ps.unverified(path, "%q matches no GPU model known here (known: %s, and GPUs without MIG such as %s); the entry is checked only on nodes that have such a GPU",
+		filter, strings.Join(keys, ", "), strings.Join(others[:4], ", "))
 }
 
 // checkMIG checks that a model has the entry's MIG profiles and can hold

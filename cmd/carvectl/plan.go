@@ -24,8 +24,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	from := fs.String("from", "", "plan from this saved simulator state (JSON) instead of a fresh machine")
 	latency := fs.String("sim-latency", "none", "simulated GPUs only: also say how long the operations take at this latency: realistic (as on hardware), a duration per operation (200ms), or op=duration,...")
 	format := fs.String("o", "table", "output: table or json")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	switch {
 	case *profile == "":
@@ -35,7 +35,13 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	case *format != "table" && *format != "json":
 		return fmt.Errorf("-o %q: want table or json", *format)
 	}
-	f, err := loadFile(*file, stdout)
+	// With -o json, stdout carries the plan document and nothing else:
+	// problems go to stderr.
+	report := stdout
+	if *format == "json" {
+		report = stderr
+	}
+	f, err := loadFile(*file, report)
 	if err != nil {
 		return err
 	}
@@ -53,17 +59,17 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	// node is never planned; of the rest only the profile asked for must
 	// fit these GPUs (the file may hold profiles for other nodes).
 	if _, err := desired.CheckFile(f, node); err != nil {
-		return reportProblems(*file, err, stdout)
+		return reportProblems(*file, err, report)
 	}
 	want, err := desired.For(f, *profile, node)
 	if err != nil {
-		return reportProblems(*file, err, stdout)
+		return reportProblems(*file, err, report)
 	}
 	plan, err := want.Plan(node, nil)
 	if err != nil {
-		fmt.Fprintf(stdout, "profile %s cannot be realised on %s:\n", *profile, *gpuSpec)
+		fmt.Fprintf(report, "profile %s cannot be realised on %s:\n", *profile, *gpuSpec)
 		for line := range strings.SplitSeq(err.Error(), "\n") {
-			fmt.Fprintf(stdout, "  %s\n", line)
+			fmt.Fprintf(report, "  %s\n", line)
 		}
 		return exitError{1}
 	}

@@ -21,8 +21,8 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", "profiles file (profiles.yaml)")
 	gpuSpec := fs.String("gpus", "", "check against these GPUs: sim:<machine> or nvml (default: every model carve knows)")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	f, err := loadFile(*file, stdout)
 	if err != nil {
@@ -60,9 +60,9 @@ func loadFile(path string, stdout io.Writer) (*configs.File, error) {
 	if path == "" {
 		return nil, fmt.Errorf("-f profiles.yaml is required")
 	}
-	data, err := os.ReadFile(path)
+	data, err := readLimited(path, configs.MaxFileBytes)
 	if err != nil {
-		return nil, fmt.Errorf("read profiles: %w", err)
+		return nil, err
 	}
 	f, err := configs.Parse(data)
 	if err != nil {
@@ -76,7 +76,7 @@ func loadFile(path string, stdout io.Writer) (*configs.File, error) {
 func reportProblems(path string, err error, stdout io.Writer) error {
 	if cerr, ok := errors.AsType[*configs.Error](err); ok {
 		for _, p := range cerr.Problems {
-			fmt.Fprintf(stdout, "%s: %s: %s\n", filepath.Base(path), p.Path, p.Message)
+			fmt.Fprintf(stdout, "%s: %s\n", filepath.Base(path), p)
 		}
 	} else {
 		fmt.Fprintf(stdout, "%s: %v\n", filepath.Base(path), err)
@@ -117,4 +117,20 @@ func entries(n int) string {
 		return "1 entry"
 	}
 	return fmt.Sprintf("%d entries", n)
+}
+
+// readLimited reads a file, but no more than limit+1 bytes of it, so that
+// a huge file (or a device such as /dev/zero) costs no more memory than a
+// file just over the limit; Parse then refuses it by its size.
+func readLimited(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read profiles: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read profiles %s: %w", path, err)
+	}
+	return data, nil
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/carve-dev/carve/configs"
 )
 
 func runWindows(args []string, stdout, stderr io.Writer) error {
@@ -18,8 +20,8 @@ func runWindows(args []string, stdout, stderr io.Writer) error {
 	from := fs.String("from", "", "start time, RFC 3339 (default now)")
 	span := fs.String("for", "7d", "how far to look ahead (Go duration, or days like 7d)")
 	tz := fs.String("tz", "Local", "time zone to print times in (IANA name)")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	f, err := loadFile(*file, stdout)
 	if err != nil {
@@ -43,15 +45,45 @@ func runWindows(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--tz %q: %w", *tz, err)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	spans, cut := f.Timeline(lbls, start, d)
+	if err := writeTimeline(stdout, spans, loc); err != nil {
+		return err
+	}
+	if !cut.IsZero() {
+		fmt.Fprintf(stdout, "note: the timeline stops at %s, not %s: the windows change too often to look further in one go; run again with --from %s\n",
+			cut.In(loc).Format(timeFormat), start.Add(d).In(loc).Format(timeFormat), cut.Format(time.RFC3339))
+	}
+	failed := false
+	for _, s := range spans {
+		if s.Error != "" {
+			failed = true
+			fmt.Fprintf(stdout, "error from %s: %s\n", s.Start.In(loc).Format(timeFormat), s.Error)
+		}
+	}
+	if failed {
+		return exitError{1}
+	}
+	return nil
+}
+
+const timeFormat = "2006-01-02 15:04 MST"
+
+// writeTimeline writes the spans as a table; a span in which the node's
+// selection is an error (its profile label names no profile) shows
+// "error" as its profile.
+func writeTimeline(w io.Writer, spans []configs.Span, loc *time.Location) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FROM\tUNTIL\tPROFILE\tSOURCE\tWINDOW")
-	for _, s := range f.Timeline(lbls, start, d) {
-		until := s.End.In(loc).Format("2006-01-02 15:04 MST")
+	for _, s := range spans {
+		until := s.End.In(loc).Format(timeFormat)
 		if s.End.IsZero() {
 			until = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Start.In(loc).Format("2006-01-02 15:04 MST"), until,
-			orDash(s.Profile), s.Source, orDash(s.Window))
+		profile := orDash(s.Profile)
+		if s.Error != "" {
+			profile = "error"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Start.In(loc).Format(timeFormat), until, profile, s.Source, orDash(s.Window))
 	}
 	return tw.Flush()
 }
@@ -86,6 +118,9 @@ func parseSpan(s string) (time.Duration, error) {
 		n, err := strconv.Atoi(days)
 		if err != nil {
 			return 0, fmt.Errorf("want a duration like 36h or 7d")
+		}
+		if n <= 0 || n > 366 {
+			return 0, fmt.Errorf("must be positive and at most a year")
 		}
 		d = time.Duration(n) * 24 * time.Hour
 	} else {
