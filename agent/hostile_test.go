@@ -36,8 +36,8 @@ func hostileFiles() map[string]string {
 	return map[string]string{
 		"overlapping model filters": repeat("version: v1\ndefaultProfile: p\nprofiles:\n  p:\n",
 			"    - gpus: all\n      model: H100-80GB\n      mig: {1g.10gb: 1}\n    - gpus: all\n      model: NVIDIA H100 80GB HBM3\n      mig: {1g.10gb: 1}\n", 1200),
-		"over the size limit":    "version: v1\nprofiles: {a: []}\n#" + strings.Repeat("x", configs.MaxFileBytes),
-		"an alias bomb":          bomb,
+		"over the size limit": "version: v1\nprofiles: {a: []}\n#" + strings.Repeat("x", configs.MaxFileBytes),
+		"an alias bomb":       bomb,
 		"thousands of windows": repeat("version: v1\ndefaultProfile: p\nprofiles:\n  p: [{gpus: all, mig: {1g.10gb: 2, 2g.20gb: 1, 3g.40gb: 1}, timeSlicing: {replicas: {1g.10gb: 2}}}]\n  q: []\nwindows:\n",
 			"  - {name: w$i, schedule: \"0 * * * *\", duration: 30m, profile: q, nodeSelector: {never: \"true\"}}\n", 2500),
 	}

@@ -13,6 +13,7 @@ import (
 // of the defects found by hand (overlaps, YAML 1.1 words, a second
 // document, .inf, list keys, many windows).
 func fuzzSeeds(f *testing.F) []string {
+	f.Helper()
 	example, err := os.ReadFile(example)
 	if err != nil {
 		f.Fatal(err)
