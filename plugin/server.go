@@ -218,12 +218,12 @@ func (s *server) startLocked() error {
 	if err := s.claimSocket(); err != nil {
 		return err
 	}
-	ln, err := net.Listen("unix", s.socket)
+	// Mode SocketMode from the start; removed by stop, and only while it
+	// is still ours.
+	ln, err := listenSocket(s.socket)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", s.socket, err)
+		return err
 	}
-	// The socket is removed by stop, and only while it is still ours.
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	info, err := os.Stat(s.socket)
 	if err != nil {
 		_ = ln.Close()

@@ -92,6 +92,9 @@ func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 	if pod.Spec.ServiceAccountName != deploySA || !pod.Spec.HostNetwork {
 		t.Errorf("pod serviceAccountName %q hostNetwork %v", pod.Spec.ServiceAccountName, pod.Spec.HostNetwork)
 	}
+	// The admission policy holds the agent's token from here on at the
+	// latest: the profile change below is written under it.
+	waitPolicyInForce(ctx, t, tokenClient(t, c, podToken(t, c, pod)), node)
 	err := harness.Poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
 		ds, err := cs.AppsV1().DaemonSets(deployNS).Get(ctx, deploySA, metav1.GetOptions{})
 		if err != nil {
@@ -337,7 +340,8 @@ func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []
 		return dyn.Resource(m.Resource), nil
 	}
 	// The order of creation; deletion goes the other way.
-	deployOrder := []string{"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet"}
+	deployOrder := []string{"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "DaemonSet"}
 	sorted := slices.Clone(objs)
 	for _, o := range sorted {
 		if !slices.Contains(deployOrder, o.GetKind()) {
@@ -463,9 +467,9 @@ func waitAgentPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 // checkAgentIdentity checks that the only credentials the agent has are
 // its ServiceAccount's: the container gets no kubeconfig (so carve-agent
 // uses the in-cluster configuration), and the token the kubelet mounted
-// into the pod is carve-agent's, bound to this pod (a TokenReview of the
-// token file in the kubelet's pod directory). It returns the user and groups
-// the token authenticates as.
+// into the pod is carve-agent's, bound to this pod and naming its node (a
+// TokenReview of the token file in the kubelet's pod directory). It returns
+// the user and groups the token authenticates as.
 func checkAgentIdentity(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) (user string, groups []string) {
 	t.Helper()
 	ctr := pod.Spec.Containers[0]
@@ -482,27 +486,8 @@ func checkAgentIdentity(ctx context.Context, t *testing.T, c *cluster.Cluster, p
 	if pod.Spec.AutomountServiceAccountToken != nil && !*pod.Spec.AutomountServiceAccountToken {
 		t.Fatal("the pod does not mount its ServiceAccount token")
 	}
-	volume := ""
-	for _, v := range pod.Spec.Volumes {
-		if v.Projected == nil {
-			continue
-		}
-		for _, s := range v.Projected.Sources {
-			if s.ServiceAccountToken != nil {
-				volume = v.Name
-			}
-		}
-	}
-	if volume == "" {
-		t.Fatal("the pod has no projected ServiceAccount token volume")
-	}
-	path := filepath.Join(c.KubeletRootDir(), "pods", string(pod.UID), "volumes", "kubernetes.io~projected", volume, "token")
-	token, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("the pod's token: %v", err)
-	}
 	review, err := c.Clientset().AuthenticationV1().TokenReviews().Create(ctx,
-		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: strings.TrimSpace(string(token))}}, metav1.CreateOptions{})
+		&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: podToken(t, c, pod)}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("TokenReview: %v", err)
 	}
@@ -514,7 +499,30 @@ func checkAgentIdentity(ctx context.Context, t *testing.T, c *cluster.Cluster, p
 	if got := st.User.Extra["authentication.kubernetes.io/pod-name"]; !slices.Equal(got, authenticationv1.ExtraValue{pod.Name}) {
 		t.Errorf("the token is bound to pod %v, want %s", got, pod.Name)
 	}
+	// What the admission policy holds the agent to.
+	if got := st.User.Extra[nodeNameExtra]; !slices.Equal(got, authenticationv1.ExtraValue{pod.Spec.NodeName}) {
+		t.Errorf("the token names node %v, want %s", got, pod.Spec.NodeName)
+	}
 	return st.User.Username, st.User.Groups
+}
+
+// podToken returns the ServiceAccount token the kubelet mounted into the
+// pod (its projected token volume, read from the kubelet's pod directory).
+func podToken(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) string {
+	t.Helper()
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected == nil || !slices.ContainsFunc(v.Projected.Sources, func(s corev1.VolumeProjection) bool { return s.ServiceAccountToken != nil }) {
+			continue
+		}
+		path := filepath.Join(c.KubeletRootDir(), "pods", string(pod.UID), "volumes", "kubernetes.io~projected", v.Name, "token")
+		token, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("the pod's token: %v", err)
+		}
+		return strings.TrimSpace(string(token))
+	}
+	t.Fatal("the pod has no projected ServiceAccount token volume")
+	return ""
 }
 
 // describePod says what a pod is doing, for failures: phase, conditions,

@@ -154,10 +154,11 @@ func renderedConfigMapMatchesExample(t *testing.T, objs []*unstructured.Unstruct
 }
 
 // TestDeployManifestsOnAPIServer applies every object configs/deploy renders
-// to the real kube-apiserver with a server-side dry run (schema, defaulting
-// and admission), then creates the Namespace, ServiceAccount and RBAC for
-// real and checks that the ServiceAccount may do exactly what the agent
-// does and nothing more.
+// to the real kube-apiserver with a server-side dry run (schema, defaulting,
+// admission, and the compilation of the admission policy's CEL), then
+// creates the Namespace, ServiceAccount, RBAC and admission policy for real
+// and checks that the ServiceAccount may do exactly what the agent does and
+// nothing more, and that the policy's expressions type-check against Nodes.
 func TestDeployManifestsOnAPIServer(t *testing.T) {
 	c := suite.Cluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -174,13 +175,14 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	for _, want := range []struct{ kind, name string }{
 		{"Namespace", deployNS}, {"ServiceAccount", deploySA}, {"Role", deploySA}, {"RoleBinding", deploySA},
 		{"ClusterRole", deploySA}, {"ClusterRoleBinding", deploySA}, {"DaemonSet", deploySA}, {"ConfigMap", profilesCM},
+		{"ValidatingAdmissionPolicy", nodePolicy}, {"ValidatingAdmissionPolicyBinding", nodePolicy},
 	} {
 		if findObject(objs, want.kind, want.name) == nil {
 			t.Errorf("configs/deploy renders no %s %s", want.kind, want.name)
 		}
 	}
-	if len(objs) != 8 {
-		t.Errorf("configs/deploy renders %d objects, want 8", len(objs))
+	if len(objs) != 10 {
+		t.Errorf("configs/deploy renders %d objects, want 10", len(objs))
 	}
 
 	resource := func(o *unstructured.Unstructured) dynamic.ResourceInterface {
@@ -272,6 +274,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	checkAccess(ctx, t, cs, user, groups, node)
+	checkPolicyTypes(ctx, t, cs)
 
 	// The informers' real requests, as the ServiceAccount: a list and a
 	// watch of the ConfigMap with the field selector metadata.name, which
