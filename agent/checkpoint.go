@@ -39,31 +39,41 @@ func (c *Checkpoints) Load() (*carvev1.Checkpoint, error) {
 
 // Save replaces the checkpoint atomically: it writes a temporary file in
 // the directory, syncs it, renames it over the checkpoint and syncs the
-// directory, so a crash leaves either the old or the new checkpoint.
+// directory, so a crash leaves either the old or the new checkpoint. So
+// does a directory that cannot be written (read-only, full, a file in its
+// place): the error then names the directory.
 func (c *Checkpoints) Save(cp carvev1.Checkpoint) error {
 	data, err := cp.Encode()
 	if err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
+	if err := c.write(data); err != nil {
+		return fmt.Errorf("save checkpoint in state directory %s: %w", c.Dir, err)
+	}
+	return nil
+}
+
+// write puts data in the checkpoint file, atomically.
+func (c *Checkpoints) write(data []byte) error {
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
+		return err
 	}
 	tmp, err := os.CreateTemp(c.Dir, intentFile+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
+		return err
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op once renamed
 	if _, err := tmp.Write(data); err != nil {
-		return errors.Join(fmt.Errorf("save checkpoint: write %s: %w", tmp.Name(), err), tmp.Close())
+		return errors.Join(fmt.Errorf("write %s: %w", tmp.Name(), err), tmp.Close())
 	}
 	if err := tmp.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("save checkpoint: sync %s: %w", tmp.Name(), err), tmp.Close())
+		return errors.Join(fmt.Errorf("sync %s: %w", tmp.Name(), err), tmp.Close())
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save checkpoint: close %s: %w", tmp.Name(), err)
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
 	if err := os.Rename(tmp.Name(), c.path()); err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
+		return err
 	}
 	return syncDir(c.Dir)
 }

@@ -67,12 +67,19 @@ type Controller struct {
 	ProfileLabel string
 
 	ready atomic.Bool
+	// backoff spaces the retries of failed reconciles; made by Run.
+	backoff workqueue.TypedRateLimiter[string]
 }
 
-// MaxRetryBackoff caps the exponential backoff (from 500 ms) after a
-// reconcile failed, e.g. while the API server is unreachable: the node's
-// record catches up at most this long after the API server is back.
-const MaxRetryBackoff = 30 * time.Second
+// MinRetryBackoff and MaxRetryBackoff bound the exponential backoff after
+// a reconcile failed, e.g. while the API server is unreachable (the node's
+// record catches up at most MaxRetryBackoff after the API server is back),
+// or ended in state failed, e.g. after an NVML operation failed (retried
+// 0.5, 1, 2, ... s later, never later than the retry the pass asked for).
+const (
+	MinRetryBackoff = 500 * time.Millisecond
+	MaxRetryBackoff = 30 * time.Second
+)
 
 // queueKey is the one key of the work queue: every change leads to the same
 // reconcile of the whole node.
@@ -111,9 +118,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	nodes := nodeFactory.Core().V1().Nodes().Informer()
 	cms := cmFactory.Core().V1().ConfigMaps().Informer()
 
-	q := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, MaxRetryBackoff),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "carve-agent"})
+	c.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[string](MinRetryBackoff, MaxRetryBackoff)
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(c.backoff, workqueue.TypedRateLimitingQueueConfig[string]{Name: "carve-agent"})
 	defer q.ShutDown()
 	enqueue := func(any) { q.Add(queueKey) }
 	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -170,39 +176,52 @@ func withoutState(labels map[string]string) map[string]string {
 	return out
 }
 
-// next handles one queue item; false when the queue is shut down.
+// next handles one queue item; false when the queue is shut down. A pass
+// that could not finish is retried with the backoff; so is one that ended
+// in state failed and asked for a retry, unless the retry it asked for
+// (a window boundary, the retry interval) comes first.
 func (c *Controller) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], nodes, cms cache.Store) bool {
 	key, quit := q.Get()
 	if quit {
 		return false
 	}
 	defer q.Done(key)
-	requeue, err := c.sync(ctx, nodes, cms)
+	requeue, failed, err := c.sync(ctx, nodes, cms)
 	if err != nil {
 		c.logger().Error("reconcile failed; retrying", "err", err, "retries", q.NumRequeues(key))
 		q.AddRateLimited(key)
 		return true
 	}
-	q.Forget(key)
 	c.ready.Store(true)
-	if !requeue.IsZero() {
-		q.AddAfter(key, max(requeue.Sub(c.now()), 0))
+	if !failed || requeue.IsZero() {
+		q.Forget(key)
 	}
+	if requeue.IsZero() {
+		return true
+	}
+	delay := max(requeue.Sub(c.now()), 0)
+	if failed {
+		retries := q.NumRequeues(key)
+		delay = min(delay, c.backoff.When(key))
+		c.logger().Warn("reconcile ended failed; retrying with backoff", "retryIn", delay, "retries", retries)
+	}
+	q.AddAfter(key, delay)
 	return true
 }
 
-// sync runs one reconcile and records it; it returns when to run again.
-func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Time, error) {
+// sync runs one reconcile and records it; it returns when to run again and
+// whether the pass ended in state failed.
+func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Time, bool, error) {
 	obj, ok, err := nodes.GetByKey(c.NodeName)
 	switch {
 	case err != nil:
-		return time.Time{}, fmt.Errorf("node %s from the cache: %w", c.NodeName, err)
+		return time.Time{}, false, fmt.Errorf("node %s from the cache: %w", c.NodeName, err)
 	case !ok:
-		return time.Time{}, fmt.Errorf("node %s not in the cache", c.NodeName)
+		return time.Time{}, false, fmt.Errorf("node %s not in the cache", c.NodeName)
 	}
 	node, ok := obj.(*corev1.Node)
 	if !ok {
-		return time.Time{}, fmt.Errorf("node %s: unexpected object %T", c.NodeName, obj)
+		return time.Time{}, false, fmt.Errorf("node %s: unexpected object %T", c.NodeName, obj)
 	}
 	in := Input{Labels: node.Labels, Now: c.now()}
 	in.Config, in.Revision, in.ConfigErr = c.loadConfig(cms)
@@ -216,7 +235,7 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 	res, err := c.Reconciler.Reconcile(ctx, in)
 	c.Metrics.observe(res, err)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
 	for _, ev := range res.Events {
 		if ev.OnConfigMap {
@@ -227,21 +246,21 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 	}
 	enc, err := res.Annotation.Encode()
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
 	patch, err := MetadataPatch(node.Labels, res.Labels, in.Previous, node.Annotations, map[string]string{carvev1.AnnotationRecord: enc})
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
 	if patch != nil {
 		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return time.Time{}, fmt.Errorf("patch node %s: %w", c.NodeName, err)
+			return time.Time{}, false, fmt.Errorf("patch node %s: %w", c.NodeName, err)
 		}
 	}
 	c.evict(ctx, node, res.Evict)
 	c.logger().Info("reconciled", "state", res.State, "profile", res.Selection.Profile, "source", res.Selection.Source,
 		"patched", patch != nil, "requeue", res.Requeue)
-	return res.Requeue, nil
+	return res.Requeue, res.State == carvev1.StateFailed, nil
 }
 
 // configMap returns the profile ConfigMap from the cache.

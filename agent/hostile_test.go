@@ -46,9 +46,12 @@ func hostileFiles() map[string]string {
 // The agent fed a hostile ConfigMap: it reads it through the same path as
 // from the API server, rejects it (state failed) or takes it, leaves the
 // GPUs and the advertised devices as they were, and allocates a bounded
-// amount of memory doing so, far below the DaemonSet's 256 MiB limit.
+// amount of memory doing so, well below the DaemonSet's 256 MiB limit.
 func TestReconcileHostileConfigMapBounded(t *testing.T) {
-	const budget = 64 << 20 // bytes allocated per pass, in all
+	// Bytes allocated by the pass in all (garbage included): half the
+	// DaemonSet's memory limit. A pass allocates about 40 MiB at most here,
+	// twice that under the race detector; before, gigabytes.
+	const budget = 128 << 20
 	for name, src := range hostileFiles() {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, "h100-80gb*2")
@@ -72,6 +75,8 @@ func TestReconcileHostileConfigMapBounded(t *testing.T) {
 			}
 			if alloc := ms1.TotalAlloc - ms0.TotalAlloc; alloc > budget {
 				t.Errorf("one pass allocated %d MiB, more than %d MiB", alloc>>20, budget>>20)
+			} else {
+				t.Logf("one pass allocated %d MiB", alloc>>20)
 			}
 			want := carvev1.StateFailed
 			if name == "thousands of windows" { // valid, and none applies to this node

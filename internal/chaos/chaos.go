@@ -43,7 +43,15 @@ type Record struct {
 	Lost string `json:"lost,omitempty"`
 	// Detail is a short note: what the agent reported, how long it took.
 	Detail string `json:"detail,omitempty"`
+	// Checked says what the run checks in the scenario: the text under
+	// the scenario's heading in the report (the first one given). A
+	// Record with Checked and no Case only carries that text
+	// (Recorder.Describe); it is no case.
+	Checked string `json:"checked,omitempty"`
 }
+
+// IsCase reports whether r is a case tried, not a description only.
+func (r Record) IsCase() bool { return r.Case != "" }
 
 // Recorder appends Records to <CARVE_CHAOS_OUT>/<name>.jsonl. The zero
 // Recorder and one without a directory write nothing. It is safe for
@@ -90,4 +98,10 @@ func (c *Recorder) Add(r Record) error {
 		return fmt.Errorf("chaos records %s: %w", c.path, err)
 	}
 	return nil
+}
+
+// Describe records what the run checks in scenario, for the text under
+// the scenario's heading in the report.
+func (c *Recorder) Describe(scenario, checked string) error {
+	return c.Add(Record{Scenario: scenario, Checked: checked})
 }

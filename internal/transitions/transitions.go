@@ -78,7 +78,6 @@ func Profiles(model string) string {
 	return b.String()
 }
 
-
 // Suite returns the reference transitions, 22 of them on four models:
 // MIG off to on and back, all-1g to a balanced mix, balanced to halves,
 // adding instances to a partly used GPU and taking them away, and a

@@ -4,21 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
-	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
-	"github.com/carve-dev/carve/test/harness"
 )
 
 const crashProfiles = `version: v1
@@ -63,44 +57,15 @@ func layout(t *testing.T, m partition.NVML) map[int]string {
 // simulator's op journal writes them.
 func crashStates(t *testing.T, dir string) (before []byte, want map[int]string, ops []string) {
 	t.Helper()
-	path := filepath.Join(dir, "before.json")
-	m, err := sim.Open(crashSpec, path)
-	m = initSim(t, m, err)
-	apply := func(targets map[int]partition.Target) {
-		node, err := partition.ReadNode(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		plan, err := partition.PlanNode(node.GPUs, node.Models, targets, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		m.ResetOpLog()
-		for _, gp := range plan.GPUs {
-			n += len(gp.Ops)
-			ap := partition.Applier{Lib: m}
-			if err := ap.Apply(context.Background(), gp); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// The test counts the agent's ops (its crash hook) in NVML calls.
-		if got := len(m.OpLog()); got != n {
-			t.Fatalf("the plan's %d ops made %d NVML calls; the test wants one each", n, got)
-		}
+	fixed := func(targets map[int]partition.Target) func(partition.Node) map[int]partition.Target {
+		return func(partition.Node) map[int]partition.Target { return targets }
 	}
-	apply(map[int]partition.Target{0: {MIG: map[string]int{"1g.10gb": 7}}, 1: {}})
-	if before, err = os.ReadFile(path); err != nil {
-		t.Fatal(err)
-	}
-	apply(map[int]partition.Target{
-		0: {MIG: map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
-		1: {MIG: map[string]int{"4g.40gb": 1, "3g.40gb": 1}},
-	})
-	for _, op := range m.OpLog() {
-		ops = append(ops, op.String())
-	}
-	return before, layout(t, m), ops
+	return realiseStates(t, crashSpec, dir,
+		fixed(map[int]partition.Target{0: {MIG: map[string]int{"1g.10gb": 7}}, 1: {}}),
+		fixed(map[int]partition.Target{
+			0: {MIG: map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+			1: {MIG: map[string]int{"4g.40gb": 1, "3g.40gb": 1}},
+		}))
 }
 
 // journal reads an op journal's lines.
@@ -124,107 +89,23 @@ func journal(t *testing.T, path string) []string {
 // between them exactly the NVML calls of a clean apply: the restarted
 // agent makes the ops that were left (total − k), and destroys and
 // re-creates nothing. The simulated GPUs keep their state in a file across
-// the restarts, as hardware would.
+// the restarts, as hardware would. The machinery is crashRun
+// (chaos_kill_test.go), which TestChaosAgentKilledAtEveryOp runs over the
+// reference suite of transitions.
 func TestAgentCrashAfterEveryOp(t *testing.T) {
 	c := suite.Cluster(t)
 	ctx := testCtx(t, 25*time.Minute)
 	freshNode(t, c)
-	root, err := harness.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
+	cr := newCrashRun(ctx, t, c, crashSpec, "after")
+	cr.before, cr.want, cr.ops = crashStates(t, cr.dir)
+	if len(cr.ops) < 10 {
+		t.Fatalf("the change takes only %d ops; the test wants a longer one", len(cr.ops))
 	}
-	dir := t.TempDir()
-	bin, err := harness.BuildAgent(ctx, root, dir, harness.TestHooksTag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, want, wantOps := crashStates(t, dir)
-	ops := len(wantOps)
-	if ops < 10 {
-		t.Fatalf("the change takes only %d ops; the test wants a longer one", ops)
-	}
-	t.Logf("the change takes %d NVML ops", ops)
+	t.Logf("the change takes %d NVML ops", len(cr.ops))
 	applyProfiles(ctx, t, c, crashProfiles)
-
-	statePath := filepath.Join(dir, "sim.json")
-	stateDir := filepath.Join(dir, "state")
-	logPath := filepath.Join(dir, "agent.log")
-	const metricsAddr = "127.0.0.1:19465"
-	args := []string{
-		"--node-name", c.NodeName(), "--kubeconfig", c.Kubeconfig(), "--config-map", cmNamespace + "/" + cmName,
-		"--gpus", "sim:" + crashSpec, "--sim-state", statePath,
-		"--device-plugin-dir", c.DevicePluginDir(), "--pod-resources-socket", c.PodResourcesSocket(),
-		"--state-dir", stateDir, "--metrics-addr", metricsAddr, "--log-level", "debug",
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("agent log (tail):\n%s", harness.Tail(logPath, 80))
-		}
-	})
-
-	for k := 1; k <= ops; k++ {
-		if err := os.WriteFile(statePath, before, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.RemoveAll(stateDir); err != nil {
-			t.Fatal(err)
-		}
-		if err := harness.ResetNode(ctx, c.Clientset(), c.NodeName()); err != nil {
-			t.Fatal(err)
-		}
-		setProfileLabel(ctx, t, c, "after")
-		since := time.Now()
-		journalPath := filepath.Join(dir, fmt.Sprintf("ops-%d.log", k))
-		journalEnv := "CARVE_TEST_SIM_OP_JOURNAL=" + journalPath
-
-		crash, err := harness.Start(bin, args, []string{fmt.Sprintf("CARVE_FAULT_EXIT_AFTER_OPS=%d", k), journalEnv}, logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		code, err := crash.Wait(2 * time.Minute)
-		if err != nil {
-			_, _ = crash.Stop()
-			t.Fatalf("k=%d: the agent did not stop after op %d: %v", k, k, err)
-		}
-		if code != 86 {
-			t.Fatalf("k=%d: exit code %d, want 86 (fault injection)", k, code)
-		}
-		if _, err := os.Stat(filepath.Join(stateDir, "intent.json")); err != nil {
-			t.Fatalf("k=%d: no checkpoint after the crash: %v", k, err)
-		}
-		if got := layout(t, openState(t, statePath)); maps.Equal(got, want) && k < ops {
-			t.Fatalf("k=%d: the GPUs reached the target before the last op", k)
-		}
-		if diff := cmp.Diff(wantOps[:k], journal(t, journalPath)); diff != "" {
-			t.Fatalf("k=%d: the crashed agent's NVML calls differ from a clean apply's first %d (-clean +crashed):\n%s", k, k, diff)
-		}
-
-		agentProc, err := harness.Start(bin, args, []string{journalEnv}, logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, waitErr := harness.WaitState(ctx, c.Clientset(), c.NodeName(), carvev1.StateSuccess, "after", 2*time.Minute)
-		if waitErr == nil {
-			_, waitErr = harness.WaitEvent(ctx, c.Clientset(), c.NodeName(), carvev1.ReasonResumingApply, "was interrupted", since, 30*time.Second)
-		}
-		if waitErr == nil && k == ops {
-			waitErr = checkServing(ctx, metricsAddr)
-		}
-		code, stopErr := agentProc.Stop()
-		if waitErr != nil {
-			t.Fatalf("k=%d: after the restart: %v", k, waitErr)
-		}
-		if stopErr != nil || code != 0 {
-			t.Fatalf("k=%d: the agent stopped with code %d: %v", k, code, stopErr)
-		}
-		if got := layout(t, openState(t, statePath)); !maps.Equal(got, want) {
-			t.Fatalf("k=%d: the GPUs hold\n%v\nwant (a clean apply)\n%v", k, got, want)
-		}
-		if diff := cmp.Diff(wantOps, journal(t, journalPath)); diff != "" {
-			t.Fatalf("k=%d: the crashed and the restarted agent's NVML calls differ from a clean apply's (-clean +both runs):\n%s", k, diff)
-		}
-		if _, err := os.Stat(filepath.Join(stateDir, "intent.json")); !os.IsNotExist(err) {
-			t.Fatalf("k=%d: the checkpoint is still there after convergence (err %v)", k, err)
+	for k := 1; k <= len(cr.ops); k++ {
+		if cc := cr.killAfter(ctx, t, k, killByHook); len(cc.lost)+len(cc.failed) > 0 {
+			t.FailNow()
 		}
 	}
 }

@@ -168,3 +168,12 @@ func Tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n") + "\n"
 }
+
+// Signal sends sig to the process: syscall.SIGKILL for a kill that no
+// handler sees, as a crashed node or the OOM killer would.
+func (p *Process) Signal(sig os.Signal) error {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %s to %s: %w", sig, filepath.Base(p.cmd.Path), err)
+	}
+	return nil
+}
