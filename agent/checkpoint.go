@@ -100,3 +100,32 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// Probe checks that the state directory can take a checkpoint of size
+// bytes: it creates the directory if need be, writes and syncs a file of
+// that size there and removes it. A read-only, full or missing directory
+// fails here, before an apply starts, instead of at its first checkpoint.
+func (c *Checkpoints) Probe(size int) error {
+	if err := c.probe(size); err != nil {
+		return fmt.Errorf("state directory %s cannot take a checkpoint: %w", c.Dir, err)
+	}
+	return nil
+}
+
+func (c *Checkpoints) probe(size int) error {
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(c.Dir, intentFile+".probe-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(f.Name()) }()
+	if _, err := f.Write(make([]byte, size)); err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", f.Name(), err), f.Close())
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Join(fmt.Errorf("sync %s: %w", f.Name(), err), f.Close())
+	}
+	return f.Close()
+}

@@ -181,7 +181,8 @@ type drainState struct {
 
 // Reconcile does one reconcile pass, step by step: select the profile in
 // force, plan it with the devices in use, order the GPUs' changes (a
-// disruptive one waits for a maintenance window), take a rollout slot for
+// disruptive one waits for a maintenance window), make sure the state
+// directory can take checkpoints, take a rollout slot for
 // the disruptive ones (they wait without one), withdraw the devices that
 // will go and plan again, apply the drain policy to changes that devices in
 // use block, apply the rest with checkpoints, and advertise and record the
@@ -202,7 +203,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
 		return Result{}, err
 	}
 	for _, step := range []func() (more bool, err error){
-		p.selectProfile, p.plan, p.order, p.takeSlot, p.withdrawAndReplan, p.drain, p.apply,
+		p.selectProfile, p.plan, p.order, p.checkStateDir, p.takeSlot, p.withdrawAndReplan, p.drain, p.apply,
 	} {
 		more, err := step()
 		if err != nil {
