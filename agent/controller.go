@@ -81,6 +81,12 @@ const (
 	MaxRetryBackoff = 30 * time.Second
 )
 
+// MaxWait is the longest the agent waits for a time it asked to be woken
+// at (a window's start or end, a retry): the pass then runs again, reads
+// the clock, and waits again if the time has not come. Passes that find
+// nothing to do write nothing.
+const MaxWait = 30 * time.Second
+
 // queueKey is the one key of the work queue: every change leads to the same
 // reconcile of the whole node.
 const queueKey = "node"
@@ -199,7 +205,10 @@ func (c *Controller) next(ctx context.Context, q workqueue.TypedRateLimitingInte
 	if requeue.IsZero() {
 		return true
 	}
-	delay := max(requeue.Sub(c.now()), 0)
+	// A timer runs on the monotonic clock: were the wall clock to step
+	// (NTP, a VM resumed) across the instant asked for, a long wait would
+	// miss it. Waking at least every MaxWait notices the step.
+	delay := min(max(requeue.Sub(c.now()), 0), MaxWait)
 	if failed {
 		retries := q.NumRequeues(key)
 		delay = min(delay, c.backoff.When(key))
