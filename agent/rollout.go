@@ -30,6 +30,9 @@ type Rollout interface {
 	// halted reports whether the failures on revision now spend the
 	// budget.
 	Report(ctx context.Context, policy configs.Rollout, revision string, failed bool) (halted bool, err error)
+	// Recovered removes this node's failure, if one is recorded, once the
+	// profile in force is realised without a slot.
+	Recovered(ctx context.Context) error
 }
 
 var _ Rollout = (*LeaseRollout)(nil)
@@ -106,7 +109,11 @@ func (p *pass) waitingFor(format string, args ...any) {
 // drains, applies or needs a reboot keeps its slot.
 func (p *pass) releaseSlot() {
 	r := p.r
-	if r.Rollout == nil || !r.Rollout.Holding() {
+	if r.Rollout == nil {
+		return
+	}
+	if !r.Rollout.Holding() {
+		p.clearRecoveredFailure()
 		return
 	}
 	switch p.state {
@@ -128,6 +135,21 @@ func (p *pass) releaseSlot() {
 	}
 	if err := r.Rollout.Release(p.ctx); err != nil {
 		p.log.Warn("could not release the rollout slot; it expires on its own", "err", err)
+	}
+}
+
+// clearRecoveredFailure removes this node's failure from the rollout's
+// budget once the profile in force is realised without a slot: a change
+// that failed after its last operation (advertising to a kubelet that was
+// restarting) and then converged must not go on halting other nodes.
+// Without a failure recorded this costs nothing (at most one request
+// after the agent starts).
+func (p *pass) clearRecoveredFailure() {
+	if p.state != carvev1.StateSuccess || p.done == nil {
+		return
+	}
+	if err := p.r.Rollout.Recovered(p.ctx); err != nil {
+		p.log.Warn("could not remove this node's failure from the rollout", "err", err)
 	}
 }
 

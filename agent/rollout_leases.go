@@ -323,6 +323,9 @@ func (l *LeaseRollout) Report(ctx context.Context, policy configs.Rollout, revis
 	return false, l.clearFailure(ctx)
 }
 
+// Recovered implements Rollout.
+func (l *LeaseRollout) Recovered(ctx context.Context) error { return l.clearFailure(ctx) }
+
 // writeFailure creates or updates this node's failure Lease.
 func (l *LeaseRollout) writeFailure(ctx context.Context, revision string) error {
 	name := rollout.FailureName(l.ConfigMap, l.Node)

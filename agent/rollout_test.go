@@ -21,6 +21,12 @@ type fakeRollout struct {
 	err           error
 	holding       bool
 	calls         []string
+	recovered     int // Recovered calls, kept apart from calls
+}
+
+func (f *fakeRollout) Recovered(context.Context) error {
+	f.recovered++
+	return nil
 }
 
 func (f *fakeRollout) Acquire(_ context.Context, p configs.Rollout, _ string) (rollout.Decision, error) {
@@ -156,5 +162,32 @@ func TestReconcileHeldBack(t *testing.T) {
 				t.Errorf("events %v, waiting %q; want %s and %q", reasons(res.Events), res.Annotation.Waiting, tt.reason, tt.waiting)
 			}
 		})
+	}
+}
+
+// A change whose operations all ran but whose devices could not be
+// advertised (a kubelet restarting) is reported failed; once the next pass
+// advertises them, with no slot needed, the failure is taken back, so it
+// does not go on spending the fleet's failure budget.
+func TestReconcileRecoveredFailureTakenBack(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	fr := &fakeRollout{grant: true}
+	h.r.Rollout = fr
+	f := h.parse(testProfiles)
+	h.reconcile(f, nil, "full")
+	h.adv.updateErr = errors.New("kubelet restarting")
+	if res := h.reconcile(f, nil, "small"); res.State != carvev1.StateFailed {
+		t.Fatalf("state %s, want failed while advertising fails", res.State)
+	}
+	if diff := cmp.Diff([]string{"acquire", "report failed", "release"}, fr.calls); diff != "" {
+		t.Errorf("rollout calls (-want +got):\n%s", diff)
+	}
+	before := fr.recovered
+	h.adv.updateErr = nil
+	if res := h.reconcile(f, nil, "small"); res.State != carvev1.StateSuccess {
+		t.Fatalf("state %s after the kubelet came back", res.State)
+	}
+	if fr.recovered == before {
+		t.Error("the failure was not taken back after the node converged")
 	}
 }
