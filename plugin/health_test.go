@@ -240,3 +240,50 @@ func TestHealthLoopSurvivesNVMLErrors(t *testing.T) {
 	}
 	// Run's cleanup checks that cancel stops the loop.
 }
+
+// TestHealthStormBounded: a storm of hundreds of XIDs, critical and
+// ignored ones mixed, on whole GPUs and MIG devices, costs each resource
+// exactly two lists: one with the devices hit unhealthy, one with them
+// healthy again after the quiet period. Health changes are bounded by the
+// devices hit and the quiet period, not by the number of XIDs.
+func TestHealthStormBounded(t *testing.T) {
+	const quiet = 2 * time.Second
+	e, f, plugins := healthEnv(t, nil, quiet, nil)
+	sharedAll := allHealthy("GPU-0::0", "GPU-0::1", "GPU-1::0", "GPU-1::1", "GPU-3::0", "GPU-3::1")
+	migAll := allHealthy("MIG-2-1::0", "MIG-2-1::1", "MIG-2-2::0", "MIG-2-2::1", "MIG-2-3::0", "MIG-2-3::1")
+	storm := []partition.XIDEvent{
+		{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1},
+		{UUID: "GPU-1", XID: 13, GIID: -1, CIID: -1}, // ignored
+		{UUID: "GPU-2", XID: 94, GIID: 1, CIID: 0},
+		{UUID: "GPU-2", XID: 43, GIID: 3, CIID: 0}, // ignored
+	}
+	start := time.Now()
+	for i := range 600 {
+		f.events <- storm[i%len(storm)]
+	}
+	if took := time.Since(start); took > quiet/2 {
+		t.Skipf("sending the storm took %v, too close to the quiet period %v to tell a flap from a recovery", took, quiet)
+	}
+	want := map[string][]map[string]string{
+		sharedRes: {with(sharedAll, "Unhealthy", "GPU-0::0", "GPU-0::1"), sharedAll},
+		migRes:    {with(migAll, "Unhealthy", "MIG-2-1::0", "MIG-2-1::1"), migAll},
+	}
+	for _, name := range slices.Sorted(maps.Keys(plugins)) {
+		for i, w := range want[name] {
+			if diff := cmp.Diff(w, summary(plugins[name].next(t, msgWait+quiet))); diff != "" {
+				t.Fatalf("%s: list %d after the storm (-want +got):\n%s", name, i+1, diff)
+			}
+		}
+	}
+	// No third list: once every stream has sent its current list, the
+	// next one of each resource must be a sentinel XID's, which any other
+	// list would have come before.
+	e.flush(t, sharedRes, migRes)
+	for name, s := range healthSentinels {
+		f.events <- s.ev
+		healthy := map[string]map[string]string{sharedRes: sharedAll, migRes: migAll}[name]
+		if diff := cmp.Diff(with(healthy, "Unhealthy", s.ids...), summary(plugins[name].next(t, msgWait))); diff != "" {
+			t.Errorf("%s: the next list after the storm is not the sentinel's (-want +got):\n%s", name, diff)
+		}
+	}
+}
