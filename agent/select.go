@@ -53,14 +53,7 @@ func (p *pass) reportUnverified(places []configs.Problem) {
 	if len(places) == 0 {
 		return
 	}
-	const most = 20 // an Event names the first ones and counts the rest
-	lines := make([]string, 0, min(len(places), most)+1)
-	for _, pl := range places[:min(len(places), most)] {
-		lines = append(lines, pl.String())
-	}
-	if len(places) > most {
-		lines = append(lines, fmt.Sprintf("and %d more", len(places)-most))
-	}
+	lines := configs.Lines(places) // the first ones, and a count of the rest
 	p.event(true, carvev1.ReasonConfigUnverified, "profile file entries not checked on this node, for GPU models it does not know (checked on nodes that have them): %s",
 		strings.Join(lines, "; "))
 	p.log.Info("profile file entries for GPU models unknown here; not checked here", "entries", lines)

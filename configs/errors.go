@@ -45,15 +45,21 @@ const maxErrorLines = 20
 // Error returns one line per problem, at most maxErrorLines of them and
 // then a line that counts the rest.
 func (e *Error) Error() string {
-	n := min(len(e.Problems), maxErrorLines)
+	return strings.Join(Lines(e.Problems), "\n")
+}
+
+// Lines writes problems one per line, at most maxErrorLines of them and
+// then a line that counts the rest: the form Events and annotations carry.
+func Lines(problems []Problem) []string {
+	n := min(len(problems), maxErrorLines)
 	lines := make([]string, n, n+1)
-	for i, p := range e.Problems[:n] {
+	for i, p := range problems[:n] {
 		lines[i] = p.String()
 	}
-	if rest := len(e.Problems) - n; rest > 0 {
-		lines = append(lines, fmt.Sprintf("... and %d more problems (%d in all)", rest, len(e.Problems)))
+	if rest := len(problems) - n; rest > 0 {
+		lines = append(lines, fmt.Sprintf("... and %d more problems (%d in all)", rest, len(problems)))
 	}
-	return strings.Join(lines, "\n")
+	return lines
 }
 
 // UnknownProfileError says that a name given as a profile names none of the

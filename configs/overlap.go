@@ -104,7 +104,7 @@ func (f *firstSeen) first(sel GPUSelector) int {
 	return best
 }
 
-// earliest returns the smaller of two entry indices, ignoring -1.
+// earlier returns the smaller of two entry indices, ignoring -1.
 func earlier(a, b int) int {
 	if a < 0 || (b >= 0 && b < a) {
 		return b

@@ -108,11 +108,10 @@ func (f *File) windowSweep(labels map[string]string, from, horizon time.Time, bu
 		always = append(always, false)
 		sels = append(sels, selection{Selection: w.selection()})
 	}
-	base := selection{}
-	if s, err := f.selectWithoutWindows(labels); err != nil {
-		base = selection{Selection: s, err: err.Error()}
-	} else {
-		base = selection{Selection: s}
+	s, err := f.selectWithoutWindows(labels)
+	base := selection{Selection: s}
+	if err != nil {
+		base.err = err.Error()
 	}
 	return newSweep(rs, always, from, horizon, budget), func(i int) selection {
 		if i < 0 {
