@@ -573,7 +573,8 @@ func (pl *gpuPlanner) chooseKept(want map[string]int) []int {
 		return ks, true
 	}
 	all := 1<<len(cands) - 1
-	if ks, ok := build(all); ok && pl.roomForRest(want, ks.members) {
+	rest := pl.newRestFit(want)
+	if ks, ok := build(all); ok && rest.room(ks.members) {
 		return ks.members
 	}
 	var sets []keptSet
@@ -584,7 +585,7 @@ func (pl *gpuPlanner) chooseKept(want map[string]int) []int {
 	}
 	sort.SliceStable(sets, func(a, b int) bool { return sets[a].better(sets[b]) })
 	for _, ks := range sets {
-		if pl.roomForRest(want, ks.members) {
+		if rest.room(ks.members) {
 			return ks.members
 		}
 	}
@@ -594,19 +595,75 @@ func (pl *gpuPlanner) chooseKept(want map[string]int) []int {
 // roomForRest reports whether the wanted instances not covered by the kept
 // ones can be placed around them.
 func (pl *gpuPlanner) roomForRest(want map[string]int, keep []int) bool {
-	left := maps.Clone(want)
+	return pl.newRestFit(want).room(keep)
+}
+
+// restFit answers roomForRest for many kept sets of one target, reusing
+// its buffers: chooseKept asks it up to 2^7 times per GPU. The target has
+// passed checkCounts and a kept set never holds more of a profile than it
+// wants, so what is left needs only the placement search.
+type restFit struct {
+	pl    *gpuPlanner
+	order []int      // indexes into pl.m.Profiles of the wanted profiles, largest first
+	want  []int      // per profile index
+	left  []int      // per profile index: wanted, less the kept
+	masks [][]uint64 // per profile index, the masks of its placements
+	inst  []int      // per instance of the GPU, its profile index (-1: unknown)
+	s     searcher
+}
+
+func (pl *gpuPlanner) newRestFit(want map[string]int) *restFit {
+	n := len(pl.m.Profiles)
+	r := &restFit{pl: pl, want: make([]int, n), left: make([]int, n), masks: make([][]uint64, n)}
+	index := make(map[string]int, n)
+	for i, p := range pl.m.Profiles {
+		index[p.Name] = i
+		if want[p.Name] > 0 {
+			r.want[i] = want[p.Name]
+			r.order = append(r.order, i)
+		}
+		for _, pc := range p.Placements {
+			r.masks[i] = append(r.masks[i], placementMask(pc))
+		}
+	}
+	for _, in := range pl.g.Instances {
+		k, ok := index[pl.profileOf(in).Name]
+		if !ok {
+			k = -1
+		}
+		r.inst = append(r.inst, k)
+	}
+	ps := pl.m.Profiles
+	sort.SliceStable(r.order, func(a, b int) bool {
+		return largerFirst(ps[r.order[a]], ps[r.order[b]], r.order[a], r.order[b])
+	})
+	return r
+}
+
+// room reports whether the rest of the target fits around keep.
+func (r *restFit) room(keep []int) bool {
+	copy(r.left, r.want)
 	var occupied uint64
 	for _, i := range keep {
-		in := pl.g.Instances[i]
-		left[pl.profileOf(in).Name]--
-		occupied |= placementMask(in.Placement)
+		k := r.inst[i]
+		if k < 0 || r.left[k] == 0 {
+			return false // kept beyond the target: never asked, but not room
+		}
+		r.left[k]--
+		occupied |= placementMask(r.pl.g.Instances[i].Placement)
 	}
-	groups, err := checkCounts(pl.m, left)
-	if err != nil {
-		return false
+	s := &r.s
+	s.profiles, s.masks = s.profiles[:0], s.masks[:0]
+	for _, k := range r.order {
+		p := r.pl.m.Profiles[k]
+		for range r.left[k] {
+			s.profiles = append(s.profiles, p)
+			s.masks = append(s.masks, r.masks[k])
+		}
 	}
-	_, ok := placeAround(groups, occupied)
-	return ok
+	s.choice = slices.Grow(s.choice[:0], len(s.profiles))[:len(s.profiles)]
+	clear(s.dead)
+	return s.run(0, occupied)
 }
 
 // whyDestroy says why an instance the plan destroys must go.

@@ -972,3 +972,25 @@ func BenchmarkPlace(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlanGPUWorstCase plans the costliest single-GPU change found by
+// planning every complete H100 layout to every target that fits (make bench,
+// test/bench/planning): seven 1g instances, one of them +me, to a 4g, the
+// +me and two 1g. Every one of the 2^7 kept sets is built and a few dozen
+// are tried before one leaves room for the 4g.
+func BenchmarkPlanGPUWorstCase(b *testing.B) {
+	m := mustModel(b, "H100-80GB")
+	g := mkGPU(b, m, 0, in{"1g.10gb", 0, 1, nil}, in{"1g.10gb+me", 1, 2, nil}, in{"1g.10gb", 2, 3, nil},
+		in{"1g.10gb", 3, 4, nil}, in{"1g.10gb", 4, 5, nil}, in{"1g.10gb", 5, 6, nil}, in{"1g.10gb", 6, 7, nil})
+	target := partition.Target{MIG: map[string]int{"4g.40gb": 1, "1g.10gb+me": 1, "1g.10gb": 2}}
+	plan, err := partition.PlanGPU(g, m, target, nil)
+	if err != nil || plan.NoOp() || plan.IsBlocked() {
+		b.Fatalf("plan no-op %v, blocked %v, %v", plan.NoOp(), plan.IsBlocked(), err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := partition.PlanGPU(g, m, target, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
