@@ -1,9 +1,11 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sort"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,7 +41,7 @@ func (s *server) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 // reach size — available IDs it does not know (e.g. just withdrawn).
 func prefer(known map[string]timeslice.Device, avail, must []string, size int, policy ReplicaPolicy, score func(a, b int) int64) []string {
 	chosen := make([]string, 0, max(size, len(must)))
-	taken := map[string]bool{}
+	taken := make(map[string]bool, len(must)+len(avail))
 	var fixed []timeslice.Device
 	for _, id := range must {
 		if taken[id] {
@@ -54,7 +56,7 @@ func prefer(known map[string]timeslice.Device, avail, must []string, size int, p
 	if len(chosen) >= size {
 		return chosen
 	}
-	var cands []timeslice.Device
+	cands := make([]timeslice.Device, 0, len(avail))
 	var unknown []string
 	for _, id := range avail {
 		if taken[id] {
@@ -67,15 +69,10 @@ func prefer(known map[string]timeslice.Device, avail, must []string, size int, p
 			unknown = append(unknown, id)
 		}
 	}
-	sort.Slice(cands, func(i, j int) bool { return lessDevice(cands[i], cands[j]) })
+	slices.SortFunc(cands, compareDevices)
 	need := min(size-len(chosen), len(cands))
-	replicas := false
-	for _, d := range append(slices.Clip(fixed), cands...) {
-		if d.Replica >= 0 {
-			replicas = true
-			break
-		}
-	}
+	isReplica := func(d timeslice.Device) bool { return d.Replica >= 0 }
+	replicas := slices.ContainsFunc(fixed, isReplica) || slices.ContainsFunc(cands, isReplica)
 	var picked []timeslice.Device
 	if replicas {
 		picked = pickReplicas(fixed, cands, need, policy)
@@ -94,20 +91,14 @@ func prefer(known map[string]timeslice.Device, avail, must []string, size int, p
 	return chosen
 }
 
-func lessDevice(a, b timeslice.Device) bool {
-	if a.GPU != b.GPU {
-		return a.GPU < b.GPU
-	}
-	if a.UUID != b.UUID {
-		return a.UUID < b.UUID
-	}
-	if a.Replica != b.Replica {
-		return a.Replica < b.Replica
-	}
-	return a.ID < b.ID
+// compareDevices orders devices by GPU, physical device, replica and ID.
+func compareDevices(a, b timeslice.Device) int {
+	return cmp.Or(cmp.Compare(a.GPU, b.GPU), strings.Compare(a.UUID, b.UUID),
+		cmp.Compare(a.Replica, b.Replica), strings.Compare(a.ID, b.ID))
 }
 
-// bucket holds the available replicas of one physical device.
+// bucket holds the available replicas of one physical device: a part of
+// the sorted candidates, which keeps a device's replicas together.
 type bucket struct {
 	uuid string
 	gpu  int
@@ -121,15 +112,13 @@ type bucket struct {
 // left.
 func pickReplicas(fixed, cands []timeslice.Device, need int, policy ReplicaPolicy) []timeslice.Device {
 	var buckets []*bucket
-	byUUID := map[string]*bucket{}
-	for _, d := range cands {
-		b := byUUID[d.UUID]
-		if b == nil {
-			b = &bucket{uuid: d.UUID, gpu: d.GPU}
-			byUUID[d.UUID] = b
-			buckets = append(buckets, b)
+	for start := 0; start < len(cands); {
+		end := start + 1
+		for end < len(cands) && cands[end].UUID == cands[start].UUID {
+			end++
 		}
-		b.ids = append(b.ids, d)
+		buckets = append(buckets, &bucket{uuid: cands[start].UUID, gpu: cands[start].GPU, ids: cands[start:end:end]})
+		start = end
 	}
 	usedDev, usedGPU := map[string]int{}, map[int]int{}
 	for _, d := range fixed {

@@ -70,7 +70,7 @@ func TestPickCloseLargeUsesGreedy(t *testing.T) {
 					cands = append(cands, wholeGPUs(i)...)
 				}
 			}
-			sort.Slice(cands, func(i, j int) bool { return lessDevice(cands[i], cands[j]) })
+			slices.SortFunc(cands, compareDevices)
 			var got []int
 			for _, d := range pickClose(fixed, cands, tt.need, score) {
 				got = append(got, d.GPU)

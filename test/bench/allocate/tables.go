@@ -93,7 +93,6 @@ const (
 carve's own Allocate work (a map lookup per ID, folding replicas to UUIDs, the response, a metrics counter) is a few microseconds and does not grow with the number of devices advertised.`
 	stubMapNote = `The stub builds a map of its whole device list on every call before answering (its code, kept as is), which grows with the devices advertised.
 Timed alone here (median), and carve's p50 ratio against the stub's p50 less it, roughly (medians do not subtract exactly): %s.`
-	preferredNote = `What carve's choice costs at 896 devices, over the floor: it copies each available device's record (a 150-byte struct) into a candidate list, keeps a set of taken IDs,
-copies the list once more and again into one list per physical device (about 0.7 MB of allocations per call), and sorts the candidates.
+	preferredNote = `What carve's choice costs at 896 devices, over the floor: it looks up each available ID among the devices it advertises, copies each device's record (a 150-byte struct) once into a candidate list, sorts it, and walks the physical devices in it to spread (or pack) the replicas (about 130 KB of allocations per call).
 The floor includes the stub's own per-call map of its 896 devices (%s at the median) and, on both sides, decoding the request's 896 IDs.`
 )
