@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -105,7 +106,8 @@ func Percentile(samples []time.Duration, p float64) time.Duration {
 // Duration writes d with three significant digits in a unit that suits it
 // ("412 ns", "37.5 µs", "1.24 ms", "2.31 s").
 func Duration(d time.Duration) string {
-	f := float64(d)
+	// Round to three significant digits first, so that 999.7 µs is "1.00 ms".
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(float64(d), 'g', 3, 64), 64)
 	units := []struct {
 		name string
 		div  float64
@@ -115,7 +117,7 @@ func Duration(d time.Duration) string {
 			return sig3(f/u.div) + " " + u.name
 		}
 	}
-	return fmt.Sprintf("%d ns", d.Nanoseconds())
+	return fmt.Sprintf("%.0f ns", f)
 }
 
 // MiB writes a byte count in MiB with one decimal.

@@ -48,6 +48,8 @@ func TestDuration(t *testing.T) {
 		125 * time.Second:        "125 s",
 		999 * time.Microsecond:   "999 µs",
 		10500 * time.Microsecond: "10.5 ms",
+		999700 * time.Nanosecond: "1.00 ms",
+		999499 * time.Nanosecond: "999 µs",
 	} {
 		if got := Duration(d); got != want {
 			t.Errorf("Duration(%d) = %q, want %q", d, got, want)
