@@ -285,6 +285,7 @@ func main() {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	slog.SetDefault(log)
+	log.Debug("garbage collector", "gogc", tuneGC(os.Getenv))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err = run(ctx, o, os.Getenv, log)
 	stop()
