@@ -21,7 +21,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 GOFILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './_output/*')
 
-.PHONY: all build test lint unit fuzz e2e chaos bench scale demo clean cluster-up cluster-down
+.PHONY: all build test lint unit fuzz e2e chaos bench microbench scale demo clean cluster-up cluster-down
 
 all: build
 
@@ -96,8 +96,19 @@ chaos:
 ## test: everything CI runs
 test: lint unit fuzz e2e
 
-## bench: benchmarks (figures go to docs/benchmarks.md)
-bench:
+## bench: every headline figure beside its baseline, in one run, rewriting
+##        docs/benchmarks.md: Allocate against the kubelet's stub device
+##        plugin, the planner against wipe-and-recreate and a brute-force
+##        search, a live update against a plugin restart and their API
+##        requests, the agent's memory (needs root for the local cluster;
+##        under 20 minutes on 2 cores). BENCH=allocate,reconfig,planning,
+##        live,memory runs those only and prints them without writing.
+##        make test runs the short mode of each (test/bench).
+bench: build
+	cd test && $(GO) run ./cmd/carve-bench --agent $(abspath $(BIN))/carve-agent $(if $(BENCH),--only $(BENCH),--write $(CURDIR)/docs/benchmarks.md)
+
+## microbench: the Go micro-benchmarks of the main module (go test -bench)
+microbench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
 
 ## scale: many carve agents on one local API server (50, 200, 500 nodes;
