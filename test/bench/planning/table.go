@@ -252,8 +252,9 @@ func ratioNote(rows []row) string {
 	if hi > 1 {
 		verdict += ". Both searches are exact and one GPU's is tiny (at most 2^7 kept sets, a few hundred " +
 			"placement states), so constant factors decide: the brute force allocates little, while carve's planner " +
-			"builds and sorts every admissible kept set and, for each one it tries, clones the target and runs a fresh " +
-			"placement search with maps of its own; on blocked GPUs it also writes the plan it would run and its reasons"
+			"builds and sorts every admissible kept set before it tries them, validates the target and places it, " +
+			"and writes out the plan with its reasons (on blocked GPUs, the plan it would run and why); " +
+			"the brute force writes only the ops of the plan it picks"
 	}
 	return "Against the baseline: " + verdict + "."
 }
