@@ -177,3 +177,6 @@ func (p *Process) Signal(sig os.Signal) error {
 	}
 	return nil
 }
+
+// PID is the process's id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }

@@ -2,11 +2,9 @@ package live
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -14,13 +12,6 @@ import (
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
 )
-
-// agentProc is one carve-agent process.
-type agentProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
 
 // agentRunner starts carve-agent processes, each with the same flags.
 type agentRunner struct {
@@ -45,24 +36,8 @@ func newAgentRunner(bin, kubeconfig, dir string, c *cluster.Cluster) *agentRunne
 }
 
 // start starts a process; its output is appended to the runner's log.
-func (r *agentRunner) start() (*agentProc, error) {
-	log, err := os.OpenFile(r.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("start carve-agent: %w", err)
-	}
-	// The process lives until stop, not as long as a context.
-	cmd := exec.CommandContext(context.Background(), r.bin, r.args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, errors.Join(fmt.Errorf("start carve-agent: %w", err), log.Close())
-	}
-	p := &agentProc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = errors.Join(cmd.Wait(), log.Close())
-		close(p.done)
-	}()
-	return p, nil
+func (r *agentRunner) start() (*harness.Process, error) {
+	return harness.Start(r.bin, r.args, nil, r.log)
 }
 
 // rateLimited counts the agents' PodResources calls the kubelet rejected
@@ -79,48 +54,29 @@ func (r *agentRunner) rateLimited() (int, error) {
 // tail is the end of the agents' log, for an error message.
 func (r *agentRunner) tail() string { return harness.Tail(r.log, 30) }
 
-// pid is the process's id.
-func (p *agentProc) pid() int { return p.cmd.Process.Pid }
-
-// running reports whether the process has not exited.
-func (p *agentProc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
+// waitExit waits up to limit for p to exit (killing it then) and reports
+// an exit other than a clean one.
+func waitExit(p *harness.Process, limit time.Duration) error {
+	code, err := p.Wait(limit)
+	if errors.Is(err, harness.ErrNotExited) {
+		_ = p.Signal(syscall.SIGKILL)
+		_, _ = p.Wait(5 * time.Second)
+		return fmt.Errorf("carve-agent %d did not exit within %s of SIGTERM; killed", p.PID(), limit)
 	}
-}
-
-// terminate sends SIGTERM.
-func (p *agentProc) terminate() error {
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("SIGTERM to carve-agent %d: %w", p.pid(), err)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit code %d", code)
+	}
+	if err != nil {
+		return fmt.Errorf("carve-agent %d: %w", p.PID(), err)
 	}
 	return nil
 }
 
-// wait waits up to limit for the process to exit (killing it then) and
-// reports an exit other than a clean one.
-func (p *agentProc) wait(limit time.Duration) error {
-	select {
-	case <-p.done:
-	case <-time.After(limit):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("carve-agent %d did not exit within %s of SIGTERM; killed", p.pid(), limit)
+// stopAgent terminates p and waits for it; a process already gone is
+// reported as it ended.
+func stopAgent(p *harness.Process) error {
+	if !p.Exited() {
+		_ = p.Signal(syscall.SIGTERM)
 	}
-	if p.err != nil {
-		return fmt.Errorf("carve-agent %d: %w", p.pid(), p.err)
-	}
-	return nil
-}
-
-// stop terminates the process and waits for it; a process already gone
-// is reported as it ended.
-func (p *agentProc) stop() error {
-	if p.running() {
-		_ = p.terminate()
-	}
-	return p.wait(30 * time.Second)
+	return waitExit(p, 30*time.Second)
 }

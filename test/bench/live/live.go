@@ -111,7 +111,7 @@ type bench struct {
 	node    string
 	id      *identity
 	runner  *agentRunner
-	proc    *agentProc
+	proc    *harness.Process
 	kubelet *kubelet
 	view    *nodeView
 	// counts are the agent's request counts last read.
@@ -209,7 +209,7 @@ func (b *bench) setUp(ctx context.Context, dir string, res *results) error {
 	if err := b.startAgent(); err != nil {
 		return err
 	}
-	b.logf("agent started (pid %d); %d changes per series and side", b.proc.pid(), b.o.Changes)
+	b.logf("agent started (pid %d); %d changes per series and side", b.proc.PID(), b.o.Changes)
 	return b.reach(ctx, first)
 }
 
@@ -228,7 +228,7 @@ func (b *bench) steadyState(ctx context.Context, res *results) error {
 		return err
 	}
 	res.steady, res.steadyWindow = after.minus(before), time.Since(t0)
-	if !b.proc.running() {
+	if b.proc.Exited() {
 		return fmt.Errorf("the agent exited during the window\nagent log:\n%s", b.runner.tail())
 	}
 	return nil
@@ -248,7 +248,7 @@ func (b *bench) cleanUp(dir string) error {
 	defer cancel()
 	var errs []error
 	if b.proc != nil {
-		if err := b.proc.stop(); err != nil {
+		if err := stopAgent(b.proc); err != nil {
 			errs = append(errs, fmt.Errorf("stop the agent: %w\nagent log:\n%s", err, b.runner.tail()))
 		}
 	}

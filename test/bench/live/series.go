@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"syscall"
 	"time"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -157,7 +158,7 @@ func (b *bench) change(ctx context.Context, tr trigger, t target, sd side) (samp
 		return sample{}, ctx.Err()
 	case <-time.After(rand.N(kubeletStatusPeriod)):
 	}
-	smp := sample{side: sd, pidBefore: b.proc.pid()}
+	smp := sample{side: sd, pidBefore: b.proc.PID()}
 	before := b.counts
 	t0 := time.Now()
 	// The two end points are watched from the write on.
@@ -177,7 +178,7 @@ func (b *bench) change(ctx context.Context, tr trigger, t target, sd side) (samp
 	if dev.err != nil {
 		return smp, fmt.Errorf("%w\nagent log:\n%s", dev.err, b.runner.tail())
 	}
-	smp.devices, smp.alloc, smp.pidAfter = dev.at.Sub(t0), allocAt.Sub(t0), b.proc.pid()
+	smp.devices, smp.alloc, smp.pidAfter = dev.at.Sub(t0), allocAt.Sub(t0), b.proc.PID()
 	if err := b.verify(ctx, t, dev.set); err != nil {
 		return smp, err
 	}
@@ -204,13 +205,13 @@ func (b *bench) makeChange(ctx context.Context, tr trigger, t target, sd side, s
 		return b.write(ctx, tr, t)
 	}
 	t0 := time.Now()
-	if err := b.proc.terminate(); err != nil {
+	if err := b.proc.Signal(syscall.SIGTERM); err != nil {
 		return err
 	}
 	if err := b.write(ctx, tr, t); err != nil {
 		return err
 	}
-	if err := b.proc.wait(30 * time.Second); err != nil {
+	if err := waitExit(b.proc, 30*time.Second); err != nil {
 		return fmt.Errorf("%w\nagent log:\n%s", err, b.runner.tail())
 	}
 	smp.stop = time.Since(t0)

@@ -118,12 +118,12 @@ func (m *measurer) measure(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	defer func() { _, _ = floor.stop() }()
+	defer func() { _, _ = floor.Stop() }()
 	agent, err := m.startAgent()
 	if err != nil {
 		return res, err
 	}
-	defer func() { _, _ = agent.stop() }()
+	defer func() { _, _ = agent.Stop() }()
 	if res.Agent, err = m.states(ctx, agent); err != nil {
 		return res, fmt.Errorf("%w (agent log %s:\n%s)", err, agent.log, harness.Tail(agent.log, 15))
 	}
@@ -136,7 +136,7 @@ func (m *measurer) measure(ctx context.Context) (Result, error) {
 	if err := m.objectSizes(ctx, &res); err != nil {
 		return res, err
 	}
-	code, err := agent.stop()
+	code, err := agent.Stop()
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit code %d", code)
 	}

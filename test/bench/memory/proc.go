@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -23,64 +22,19 @@ import (
 
 // proc is a program the run started: carve-agent or the floor.
 type proc struct {
-	cmd     *exec.Cmd
+	*harness.Process
 	log     string
 	metrics string // carve-agent's /metrics URL; "" for the floor
 	stats   string // the floor's memstats file; "" for carve-agent
-	done    chan struct{}
-	err     error
-	once    sync.Once
 }
 
 // startProc runs bin with args, its output going to logPath.
 func startProc(bin string, args []string, logPath string) (*proc, error) {
-	log, err := os.Create(logPath)
+	p, err := harness.Start(bin, args, nil, logPath)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", filepath.Base(bin), err)
+		return nil, err
 	}
-	cmd := exec.CommandContext(context.Background(), bin, args...) // lives until stop
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, errors.Join(fmt.Errorf("start %s: %w", filepath.Base(bin), err), log.Close())
-	}
-	p := &proc{cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = errors.Join(cmd.Wait(), log.Close())
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// stop sends SIGTERM, waits up to 15 s, then kills; it returns the exit
-// code of the first stop (later calls return the same).
-func (p *proc) stop() (int, error) {
-	p.once.Do(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	<-p.done
-	if ee, ok := errors.AsType[*exec.ExitError](p.err); ok {
-		return ee.ExitCode(), nil
-	}
-	return 0, p.err
-}
-
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return &proc{Process: p, log: logPath}, nil
 }
 
 // startAgent starts carve-agent on the node, serving /metrics on a free
@@ -125,20 +79,20 @@ func freePort() (int, error) {
 // sampled all along for the maximum.
 func (m *measurer) phase(ctx context.Context, p *proc, state string, devices int, change func(context.Context) error) (Reading, error) {
 	m.logf("%s", state)
-	s := sampleRSS(p.pid(), 100*time.Millisecond)
+	s := sampleRSS(p.PID(), 100*time.Millisecond)
 	err := change(ctx)
 	if err == nil {
 		err = sleep(ctx, m.settle)
 	}
 	peak := s.stop()
-	if err == nil && p.exited() {
+	if err == nil && p.Exited() {
 		err = errors.New("carve-agent exited")
 	}
 	if err != nil {
 		return Reading{}, fmt.Errorf("%s: %w", state, err)
 	}
 	r := Reading{State: state, Devices: devices}
-	if r.Settled, err = ReadMem(p.pid()); err != nil {
+	if r.Settled, err = ReadMem(p.PID()); err != nil {
 		return r, fmt.Errorf("%s: %w", state, err)
 	}
 	if r.Go, err = ScrapeGoMem(ctx, p.metrics); err != nil {
@@ -228,14 +182,14 @@ func startFloor(ctx context.Context, bin string, c *cluster.Cluster, dir string)
 	}
 	p.stats = stats
 	err = harness.PollEvery(ctx, 50*time.Millisecond, time.Minute, func(context.Context) (bool, error) {
-		if p.exited() {
+		if p.Exited() {
 			return false, errors.New("floor exited")
 		}
 		b, err := os.ReadFile(p.log)
 		return err == nil && strings.Contains(string(b), "ready"), nil
 	})
 	if err != nil {
-		_, _ = p.stop()
+		_, _ = p.Stop()
 		return nil, fmt.Errorf("floor: %w (log: %s)", err, harness.Tail(p.log, 10))
 	}
 	return p, nil
@@ -246,12 +200,12 @@ func startFloor(ctx context.Context, bin string, c *cluster.Cluster, dir string)
 func (m *measurer) readFloor(ctx context.Context, p *proc) (Reading, error) {
 	r := Reading{State: "floor: one Node informer + one gRPC server"}
 	var err error
-	if r.Settled, err = ReadMem(p.pid()); err != nil {
+	if r.Settled, err = ReadMem(p.PID()); err != nil {
 		return r, fmt.Errorf("floor: %w", err)
 	}
 	r.Max = r.Settled.Peak
 	_ = os.Remove(p.stats)
-	if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	if err := p.Signal(syscall.SIGUSR1); err != nil {
 		return r, fmt.Errorf("floor: %w", err)
 	}
 	err = harness.PollEvery(ctx, 20*time.Millisecond, 10*time.Second, func(context.Context) (bool, error) {
