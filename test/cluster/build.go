@@ -13,11 +13,6 @@ import (
 	"time"
 )
 
-// KubernetesVersion is the Kubernetes release the cluster runs. It must match
-// the k8s.io/kubernetes requirement and the staging replace directives in
-// test/go.mod (and client-go in the main module).
-const KubernetesVersion = "v1.34.4"
-
 // testModule is the module path of carve's test module, whose go.mod pins
 // k8s.io/kubernetes (and its staging modules) and lists the programs built
 // here as tools.
@@ -70,12 +65,16 @@ func DefaultCacheDir() (string, error) {
 }
 
 // EnsureBinaries returns the Kubernetes binaries (the components and kubectl) for
-// KubernetesVersion, building them first unless cacheDir already holds them.
+// KubernetesVersion(), building them first unless cacheDir already holds them.
 // srcDir is the test module's directory; when empty it is searched for (see
 // FindSourceDir). The build takes several minutes on a small machine and is
 // done once per version; concurrent callers wait for one build.
 func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string) (Binaries, error) {
-	binDir := filepath.Join(cacheDir, KubernetesVersion, "bin")
+	version := KubernetesVersion()
+	if err := CheckVersion(version); err != nil {
+		return Binaries{}, err
+	}
+	binDir := filepath.Join(cacheDir, version, "bin")
 	bins := Binaries{
 		Dir:               binDir,
 		KubeAPIServer:     filepath.Join(binDir, compAPIServer),
@@ -85,7 +84,7 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 		Kubectl:           filepath.Join(binDir, kubectlBinary),
 	}
 	stampPath := filepath.Join(binDir, ".stamp")
-	stamp := buildStamp()
+	stamp := buildStamp(version)
 	if binariesCurrent(binDir, stampPath, stamp) && os.Getenv("CARVE_CLUSTER_REBUILD") == "" {
 		return bins, nil
 	}
@@ -93,7 +92,7 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 		return bins, fmt.Errorf("create binary cache: %w", err)
 	}
 	// One build at a time per cache; whoever waited finds the result.
-	lock, _, err := acquireLock(ctx, filepath.Join(cacheDir, KubernetesVersion, "build.lock"), func(format string, args ...any) {
+	lock, _, err := acquireLock(ctx, filepath.Join(cacheDir, version, "build.lock"), func(format string, args ...any) {
 		fmt.Fprintf(log, format+"\n", args...)
 	})
 	if err != nil {
@@ -108,14 +107,17 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 		return bins, nil
 	}
 
-	if srcDir == "" {
+	goTool, err := findGo()
+	if err != nil {
+		return bins, err
+	}
+	if srcDir == "" && version == DefaultKubernetesVersion {
 		srcDir, err = FindSourceDir()
 		if err != nil {
 			return bins, err
 		}
 	}
-	goTool, err := findGo()
-	if err != nil {
+	if srcDir, err = buildModuleDir(ctx, goTool, srcDir, filepath.Join(cacheDir, version, "src"), version); err != nil {
 		return bins, err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(binDir), "build-")
@@ -125,9 +127,9 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 	defer func() { _ = os.RemoveAll(tmp) }()
 
 	fmt.Fprintf(log, "building Kubernetes %s (%s) in %s; the first build takes several minutes\n",
-		KubernetesVersion, strings.Join(kubeBinaries(), ", "), srcDir)
+		version, strings.Join(kubeBinaries(), ", "), srcDir)
 	start := time.Now()
-	if err := buildKubernetes(ctx, log, goTool, srcDir, tmp, buildHeartbeat); err != nil {
+	if err := buildKubernetes(ctx, log, goTool, srcDir, tmp, version, buildHeartbeat); err != nil {
 		return bins, err
 	}
 	for _, b := range kubeBinaries() {
@@ -138,7 +140,7 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 	if err := os.WriteFile(stampPath, []byte(stamp), 0o644); err != nil {
 		return bins, fmt.Errorf("write build stamp: %w", err)
 	}
-	fmt.Fprintf(log, "built Kubernetes %s components in %s into %s\n", KubernetesVersion, time.Since(start).Round(time.Second), binDir)
+	fmt.Fprintf(log, "built Kubernetes %s components in %s into %s\n", version, time.Since(start).Round(time.Second), binDir)
 	return bins, nil
 }
 
@@ -147,7 +149,7 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 // a line as each binary's main package is reached, and a heartbeat every
 // interval with the packages compiled so far (of how many, counted by a
 // `go list -deps` alongside).
-func buildKubernetes(ctx context.Context, log io.Writer, goTool, srcDir, outDir string, interval time.Duration) error {
+func buildKubernetes(ctx context.Context, log io.Writer, goTool, srcDir, outDir, version string, interval time.Duration) error {
 	mains := map[string]string{}
 	var pkgs []string
 	for _, b := range kubeBinaries() {
@@ -155,7 +157,7 @@ func buildKubernetes(ctx context.Context, log io.Writer, goTool, srcDir, outDir 
 		mains[pkg] = b
 		pkgs = append(pkgs, pkg)
 	}
-	progress := newBuildProgress(log, time.Now, mains)
+	progress := newBuildProgress(log, time.Now, version, mains)
 
 	// The total is only for the heartbeat: a failure leaves it unknown.
 	listCtx, cancelList := context.WithCancel(ctx)
@@ -174,7 +176,7 @@ func buildKubernetes(ctx context.Context, log io.Writer, goTool, srcDir, outDir 
 		<-listDone
 	}()
 
-	args := append([]string{"build", "-v", "-trimpath", "-ldflags=" + buildLDFlags(), "-o", outDir + string(filepath.Separator)}, pkgs...)
+	args := append([]string{"build", "-v", "-trimpath", "-ldflags=" + buildLDFlags(version), "-o", outDir + string(filepath.Separator)}, pkgs...)
 	cmd := exec.CommandContext(ctx, goTool, args...)
 	cmd.Dir = srcDir
 	cmd.Env = goBuildEnv()
@@ -218,9 +220,9 @@ func goBuildEnv() []string {
 // about deprecated declarations, of which go-nvml's header has many.
 const defaultCgoCFlags = "-O2 -g -Wno-deprecated-declarations"
 
-// buildStamp identifies what the cached binaries were built from.
-func buildStamp() string {
-	return fmt.Sprintf("kubernetes=%s recipe=%s goos=%s goarch=%s\n", KubernetesVersion, buildRecipe, runtime.GOOS, runtime.GOARCH)
+// buildStamp identifies what the cached binaries of version were built from.
+func buildStamp(version string) string {
+	return fmt.Sprintf("kubernetes=%s recipe=%s goos=%s goarch=%s\n", version, buildRecipe, runtime.GOOS, runtime.GOARCH)
 }
 
 // binariesCurrent reports whether binDir holds every binary built by the
@@ -240,14 +242,14 @@ func binariesCurrent(binDir, stampPath, stamp string) bool {
 
 // buildLDFlags strips symbols (smaller, faster links) and stamps the version
 // the components report, as Kubernetes' own build does.
-func buildLDFlags() string {
-	v := strings.TrimPrefix(KubernetesVersion, "v")
+func buildLDFlags(version string) string {
+	v := strings.TrimPrefix(version, "v")
 	major, minor, _ := strings.Cut(v, ".")
 	minor, _, _ = strings.Cut(minor, ".")
 	flags := []string{"-s", "-w"}
 	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
 		flags = append(flags,
-			"-X", pkg+".gitVersion="+KubernetesVersion,
+			"-X", pkg+".gitVersion="+version,
 			"-X", pkg+".gitMajor="+major,
 			"-X", pkg+".gitMinor="+minor,
 			"-X", pkg+".gitTreeState=clean",

@@ -31,8 +31,8 @@ func TestCluster(t *testing.T) {
 	if got := node.Labels["carve.dev/test"]; got != "smoke" {
 		t.Errorf("node label carve.dev/test = %q, want smoke", got)
 	}
-	if v := node.Status.NodeInfo.KubeletVersion; v != KubernetesVersion {
-		t.Errorf("kubelet version %q, want %s", v, KubernetesVersion)
+	if v := node.Status.NodeInfo.KubeletVersion; v != KubernetesVersion() {
+		t.Errorf("kubelet version %q, want %s", v, KubernetesVersion())
 	}
 	for _, s := range []string{c.KubeletSocket(), c.PodResourcesSocket()} {
 		if st, err := os.Stat(s); err != nil || st.Mode().Type() != os.ModeSocket {

@@ -24,10 +24,11 @@ const buildTailLines = 200
 // It is an io.Writer for the build's stdout and stderr; its methods are safe
 // for concurrent use.
 type buildProgress struct {
-	log   io.Writer
-	now   func() time.Time
-	start time.Time
-	mains map[string]string // main package import path -> binary name
+	log     io.Writer
+	now     func() time.Time
+	start   time.Time
+	version string            // the Kubernetes release being built
+	mains   map[string]string // main package import path -> binary name
 
 	mu        sync.Mutex
 	partial   []byte // the unfinished last line written
@@ -39,10 +40,10 @@ type buildProgress struct {
 	tail      []string
 }
 
-// newBuildProgress returns a progress tracker for a build of the given main
-// packages (import path -> binary name), started now.
-func newBuildProgress(log io.Writer, now func() time.Time, mains map[string]string) *buildProgress {
-	return &buildProgress{log: log, now: now, start: now(), mains: mains}
+// newBuildProgress returns a progress tracker for a build of Kubernetes
+// version's main packages (import path -> binary name), started now.
+func newBuildProgress(log io.Writer, now func() time.Time, version string, mains map[string]string) *buildProgress {
+	return &buildProgress{log: log, now: now, start: now(), version: version, mains: mains}
 }
 
 // Write takes build output; complete lines are processed at once. It never
@@ -119,16 +120,16 @@ func (p *buildProgress) elapsed() time.Duration {
 }
 
 // statusLocked is the heartbeat line: time taken, packages compiled (of how
-// many, once known) and the latest one (or "linking" once every main package
+// many and the percentage, once known) and the latest one (or "linking" once every main package
 // is reached), or the modules downloaded while none is; p.mu is held.
 func (p *buildProgress) statusLocked() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  still building Kubernetes %s: %s", KubernetesVersion, p.elapsed())
+	fmt.Fprintf(&b, "  still building Kubernetes %s: %s", p.version, p.elapsed())
 	switch {
 	case p.compiled == 0 && p.downloads > 0:
 		fmt.Fprintf(&b, ", %d modules downloaded", p.downloads)
 	case p.total > 0:
-		fmt.Fprintf(&b, ", %d of %d packages compiled", p.compiled, p.total)
+		fmt.Fprintf(&b, ", %d of %d packages compiled, %d%%", p.compiled, p.total, 100*p.compiled/p.total)
 	default:
 		fmt.Fprintf(&b, ", %d packages compiled", p.compiled)
 	}

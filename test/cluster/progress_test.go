@@ -52,7 +52,7 @@ func (l *lockedBuffer) String() string {
 func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	var log strings.Builder
-	p := newBuildProgress(&log, clock.Now, map[string]string{
+	p := newBuildProgress(&log, clock.Now, DefaultKubernetesVersion, map[string]string{
 		"k8s.io/kubernetes/cmd/kubectl": "kubectl",
 		"k8s.io/kubernetes/cmd/kubelet": "kubelet",
 	})
@@ -61,7 +61,7 @@ func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 		defer p.mu.Unlock()
 		return p.statusLocked()
 	}
-	if got, want := status(), "  still building Kubernetes "+KubernetesVersion+": 0s, 0 packages compiled"; got != want {
+	if got, want := status(), "  still building Kubernetes "+DefaultKubernetesVersion+": 0s, 0 packages compiled"; got != want {
 		t.Errorf("status before any output = %q, want %q", got, want)
 	}
 
@@ -73,7 +73,7 @@ func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 	}
 	write("go: downloading k8s.io/api v0.34.4\ngo: downloading k8s.io/apimachinery v0.34.4\n")
 	clock.advance(5 * time.Second)
-	if got, want := status(), "  still building Kubernetes "+KubernetesVersion+": 5s, 2 modules downloaded"; got != want {
+	if got, want := status(), "  still building Kubernetes "+DefaultKubernetesVersion+": 5s, 2 modules downloaded"; got != want {
 		t.Errorf("status while downloading = %q, want %q", got, want)
 	}
 	// Lines arrive in pieces; a package counts once its line is complete.
@@ -85,7 +85,7 @@ func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 	clock.advance(90 * time.Second)
 	write("k8s.io/kubernetes/cmd/kubectl\n")
 	p.setTotal(10)
-	if got, want := status(), "  still building Kubernetes "+KubernetesVersion+": 1m35s, 3 of 10 packages compiled (latest k8s.io/kubernetes/cmd/kubectl)"; got != want {
+	if got, want := status(), "  still building Kubernetes "+DefaultKubernetesVersion+": 1m35s, 3 of 10 packages compiled, 30% (latest k8s.io/kubernetes/cmd/kubectl)"; got != want {
 		t.Errorf("status = %q, want %q", got, want)
 	}
 	write("k8s.io/kubernetes/cmd/kubelet") // no newline: the last line
@@ -93,7 +93,7 @@ func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 	if compiled, total := p.counts(); compiled != 4 || total != 10 {
 		t.Errorf("counts = %d, %d, want 4, 10", compiled, total)
 	}
-	if got, want := status(), "  still building Kubernetes "+KubernetesVersion+": 1m35s, 4 of 10 packages compiled, linking"; got != want {
+	if got, want := status(), "  still building Kubernetes "+DefaultKubernetesVersion+": 1m35s, 4 of 10 packages compiled, 40%, linking"; got != want {
 		t.Errorf("status once every main package is reached = %q, want %q", got, want)
 	}
 
@@ -111,7 +111,7 @@ func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 }
 
 func TestBuildProgressKeepsTheTail(t *testing.T) {
-	p := newBuildProgress(&strings.Builder{}, time.Now, nil)
+	p := newBuildProgress(&strings.Builder{}, time.Now, DefaultKubernetesVersion, nil)
 	for i := range buildTailLines + 50 {
 		_, _ = p.Write([]byte("error line " + strings.Repeat("x", i%3) + "\n"))
 	}
@@ -123,7 +123,7 @@ func TestBuildProgressKeepsTheTail(t *testing.T) {
 func TestBuildProgressHeartbeat(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	log := &lockedBuffer{}
-	p := newBuildProgress(log, clock.Now, nil)
+	p := newBuildProgress(log, clock.Now, DefaultKubernetesVersion, nil)
 	tick := make(chan time.Time)
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -139,8 +139,8 @@ func TestBuildProgressHeartbeat(t *testing.T) {
 	tick <- clock.Now()
 	close(stop)
 	<-done
-	want := "  still building Kubernetes " + KubernetesVersion + ": 20s, 1 packages compiled (latest fmt)\n" +
-		"  still building Kubernetes " + KubernetesVersion + ": 40s, 2 packages compiled (latest os)\n"
+	want := "  still building Kubernetes " + DefaultKubernetesVersion + ": 20s, 1 packages compiled (latest fmt)\n" +
+		"  still building Kubernetes " + DefaultKubernetesVersion + ": 40s, 2 packages compiled (latest os)\n"
 	if got := log.String(); got != want {
 		t.Errorf("heartbeats:\n%s\nwant:\n%s", got, want)
 	}
@@ -198,14 +198,14 @@ func TestBuildKubernetesReportsProgress(t *testing.T) {
 	goTool := fakeGo(t, "true")
 	out := t.TempDir()
 	log := &lockedBuffer{}
-	if err := buildKubernetes(context.Background(), log, goTool, t.TempDir(), out, 50*time.Millisecond); err != nil {
+	if err := buildKubernetes(context.Background(), log, goTool, t.TempDir(), out, DefaultKubernetesVersion, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	got := log.String()
 	t.Logf("log:\n%s", got)
 	for _, want := range []string{
 		"  downloading modules (first k8s.io/a v1.0.0)\n",
-		"  still building Kubernetes " + KubernetesVersion + ": ",
+		"  still building Kubernetes " + DefaultKubernetesVersion + ": ",
 		", linking\n",
 		"  compiled 7 packages\n",
 	} {
@@ -225,7 +225,7 @@ func TestBuildKubernetesReportsProgress(t *testing.T) {
 
 func TestBuildKubernetesFailureShowsCompilerOutput(t *testing.T) {
 	goTool := fakeGo(t, `echo "# k8s.io/a" >&2; echo "a.go:1:2: undefined: x" >&2; exit 1`)
-	err := buildKubernetes(context.Background(), &lockedBuffer{}, goTool, t.TempDir(), t.TempDir(), time.Hour)
+	err := buildKubernetes(context.Background(), &lockedBuffer{}, goTool, t.TempDir(), t.TempDir(), DefaultKubernetesVersion, time.Hour)
 	if err == nil {
 		t.Fatal("the build failed but buildKubernetes did not")
 	}

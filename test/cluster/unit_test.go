@@ -230,27 +230,39 @@ func TestContainerdConfig(t *testing.T) {
 }
 
 func TestBuildLDFlags(t *testing.T) {
-	f := buildLDFlags()
-	for _, want := range []string{"-s -w", "k8s.io/component-base/version.gitVersion=" + KubernetesVersion, "k8s.io/component-base/version.gitMinor=34"} {
+	f := buildLDFlags(DefaultKubernetesVersion)
+	for _, want := range []string{"-s -w", "k8s.io/component-base/version.gitVersion=" + DefaultKubernetesVersion, "k8s.io/component-base/version.gitMinor=37"} {
 		if !strings.Contains(f, want) {
 			t.Errorf("ldflags %q lack %q", f, want)
 		}
 	}
 }
 
+// TestKubernetesVersionMatchesGoMod: the default release is the one
+// test/go.mod builds, with every staging module pinned to its published
+// twin, and the main module's client libraries are of the same release.
 func TestKubernetesVersionMatchesGoMod(t *testing.T) {
 	data, err := os.ReadFile("../go.mod")
 	if err != nil {
-		t.Skipf("go.mod not readable: %v", err)
+		t.Fatalf("read test/go.mod: %v", err)
 	}
 	mod := string(data)
-	if !strings.Contains(mod, "k8s.io/kubernetes "+KubernetesVersion) {
-		t.Errorf("test/go.mod does not require k8s.io/kubernetes %s", KubernetesVersion)
+	if !strings.Contains(mod, "k8s.io/kubernetes "+DefaultKubernetesVersion) {
+		t.Errorf("test/go.mod does not require k8s.io/kubernetes %s", DefaultKubernetesVersion)
 	}
-	staging := "v0" + strings.TrimPrefix(KubernetesVersion, "v1")
-	for _, m := range []string{"k8s.io/api", "k8s.io/client-go", "k8s.io/kubelet", "k8s.io/apiserver"} {
+	staging := stagingVersion(DefaultKubernetesVersion)
+	for _, m := range []string{"k8s.io/api", "k8s.io/client-go", "k8s.io/kubelet", "k8s.io/apiserver", "k8s.io/streaming", "k8s.io/cri-streaming"} {
 		if !strings.Contains(mod, m+" => "+m+" "+staging) {
 			t.Errorf("test/go.mod does not pin %s to %s", m, staging)
+		}
+	}
+	main, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatalf("read the main go.mod: %v", err)
+	}
+	for _, m := range []string{"k8s.io/api", "k8s.io/apimachinery", "k8s.io/client-go", "k8s.io/kubelet"} {
+		if !strings.Contains(string(main), m+" "+staging) {
+			t.Errorf("go.mod does not require %s %s", m, staging)
 		}
 	}
 }

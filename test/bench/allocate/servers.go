@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	stubplugin "k8s.io/kubernetes/pkg/kubelet/cm/devicemanager/plugin/v1beta1"
 
@@ -110,13 +111,13 @@ func (s *servers) startStub() error {
 		return fmt.Errorf("carve advertises no %s devices", s.node.resource)
 	}
 	s.stubDevs = stubDevices(adv)
-	st := stubplugin.NewDevicePluginStub(s.stubDevs, filepath.Join(s.dir, stubSocket), s.node.resource, false, true)
+	st := stubplugin.NewDevicePluginStub(klog.Background(), s.stubDevs, filepath.Join(s.dir, stubSocket), s.node.resource, false, true)
 	st.SetAllocFunc(stubAllocate)
-	if err := st.Start(); err != nil {
+	if err := st.Start(context.Background()); err != nil {
 		return fmt.Errorf("the kubelet's stub plugin: %w", err)
 	}
 	s.stub = st
-	if err := st.Register(s.kubelet.socket(), s.node.resource, ""); err != nil {
+	if err := st.Register(context.Background(), s.kubelet.socket(), s.node.resource, ""); err != nil {
 		return fmt.Errorf("the kubelet's stub plugin: register: %w", err)
 	}
 	return nil
@@ -171,7 +172,7 @@ func (s *servers) close() error {
 		errs = append(errs, s.kubelet.stop())
 	}
 	if s.stub != nil {
-		errs = append(errs, s.stub.Stop())
+		errs = append(errs, s.stub.Stop(klog.Background()))
 	}
 	errs = append(errs, s.stopCarve())
 	if s.node != nil {

@@ -123,7 +123,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	d := &demo{o: o, out: out, file: f, data: string(data)}
-	d.printf("carve demo: a real single-node Kubernetes %s with simulated GPUs (%s; %s)\n\n", cluster.KubernetesVersion, o.gpus, latencyNote(o.latency))
+	d.printf("carve demo: a real single-node Kubernetes %s with simulated GPUs (%s; %s)\n\n", cluster.KubernetesVersion(), o.gpus, latencyNote(o.latency))
 	c, err := d.startCluster(ctx)
 	if err != nil {
 		return err

@@ -41,7 +41,7 @@ const daemonFlag = "--internal-daemon"
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintf(os.Stderr, usage, cluster.KubernetesVersion, cluster.KubernetesVersion)
+		fmt.Fprintf(os.Stderr, usage, cluster.KubernetesVersion(), cluster.KubernetesVersion())
 		os.Exit(2)
 	}
 	var err error
@@ -59,10 +59,10 @@ func main() {
 	case "build":
 		err = build(args)
 	case "-h", "--help", "help":
-		fmt.Printf(usage, cluster.KubernetesVersion, cluster.KubernetesVersion)
+		fmt.Printf(usage, cluster.KubernetesVersion(), cluster.KubernetesVersion())
 	default:
 		fmt.Fprintf(os.Stderr, "carve-cluster: unknown command %q\n", cmd)
-		fmt.Fprintf(os.Stderr, usage, cluster.KubernetesVersion, cluster.KubernetesVersion)
+		fmt.Fprintf(os.Stderr, usage, cluster.KubernetesVersion(), cluster.KubernetesVersion())
 		os.Exit(2)
 	}
 	if err != nil {
@@ -255,7 +255,7 @@ cluster %q is up (Kubernetes %s, started in %s)
   image:               %s (pods: imagePullPolicy: Never, hostNetwork: true)
   component logs:      %s/logs
   stop with:           %s
-`, c.NodeName(), cluster.KubernetesVersion, c.StartupTime().Round(100*time.Millisecond), c.Kubeconfig(),
+`, c.NodeName(), cluster.KubernetesVersion(), c.StartupTime().Round(100*time.Millisecond), c.Kubeconfig(),
 		c.APIServerURL(), c.DevicePluginDir(), c.PodResourcesSocket(), cluster.BusyboxImage, c.Dir(), stop)
 }
 
@@ -312,7 +312,7 @@ func kubectl(args []string) error {
 	if err != nil {
 		return err
 	}
-	bin := filepath.Join(cacheDir, cluster.KubernetesVersion, "bin", "kubectl")
+	bin := filepath.Join(cacheDir, cluster.KubernetesVersion(), "bin", "kubectl")
 	// In the foreground, kubectl gets the terminal's signals itself.
 	cmd := exec.Command(bin, args...) //nolint:noctx // see above
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+info.Kubeconfig)
