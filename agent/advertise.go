@@ -45,6 +45,8 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 		Err:           p.err,
 		OpsApplied:    p.opsApplied,
 		ApplyDuration: p.applyDuration,
+		Rollout:       p.rolloutStatus(),
+		DrainDeadline: p.drainDeadline,
 	}
 	out.Labels, out.Annotation = p.record(res)
 	if p.state == carvev1.StateDraining && p.file.Drain.Policy == configs.DrainEvict {

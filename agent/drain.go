@@ -49,6 +49,7 @@ func (p *pass) drain() (bool, error) {
 			p.event(false, carvev1.ReasonDraining, "%s; waiting for them to be released (timeout %s)", what, policy.Timeout)
 		}
 	}
+	p.drainDeadline = p.r.drain.since.Add(policy.Timeout)
 	p.hide = timeslice.NewIDSet(p.node.GoingAway(p.blocked))
 	return true, nil
 }

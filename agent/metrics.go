@@ -1,24 +1,53 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/plugin"
+	"github.com/carve-dev/carve/timeslice"
 )
 
+// resultError is the result label of a reconcile that could not finish.
+const resultError = "error"
+
 // Metrics are the agent's Prometheus metrics. The device plugin registers
-// its own (allocations, XIDs) on the same registry.
+// its own (allocations, XIDs) on the same registry. docs/monitoring.md
+// lists them all; charts/carve/files holds the dashboard and alerts built
+// on them.
 type Metrics struct {
 	reconciles    *prometheus.CounterVec
 	applyDuration prometheus.Histogram
 	devices       *prometheus.GaugeVec
 	state         *prometheus.GaugeVec
+	profile       *prometheus.GaugeVec
+	slotHeld      prometheus.Gauge
+	waiting       prometheus.Gauge
+	halted        prometheus.Gauge
+	drainDeadline prometheus.Gauge
+	live          *liveCollector
+
+	// The series last set, so that the next reconcile deletes only those
+	// that went: a scrape never sees a vector emptied halfway. Only the
+	// reconciling goroutine touches them.
+	lastResources []string
+	lastProfile   []string
 }
 
-// NewMetrics creates the metrics and registers them on reg.
+// NewMetrics creates the metrics and registers them on reg. Series whose
+// labels are known in advance (every state, every reconcile result) start
+// at 0, so that rate() and alerts work from the first scrape.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
 	m := &Metrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "carve_agent_reconciles_total",
@@ -26,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"}),
 		applyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "carve_agent_apply_duration_seconds",
-			Help:    "Time the NVML operations of one repartition took.",
+			Help:    "Time the NVML operations of one repartition took; its _count counts the repartitions that ran NVML operations.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}),
 		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -37,12 +66,25 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "carve_agent_state",
 			Help: "1 for the node's current state (carve.dev/state), 0 for the others.",
 		}, []string{"state"}),
+		profile: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_agent_profile",
+			Help: "1 for the profile in force and how it was selected (source label, window, rule or default); profile \"\" with source none when no profile selects the node or the profile file is rejected.",
+		}, []string{"profile", "source"}),
+		slotHeld:      gauge("carve_agent_rollout_slot_held", "1 while this node holds a rollout slot for a disruptive change, else 0."),
+		waiting:       gauge("carve_agent_rollout_waiting", "1 while disruptive changes on this node wait for a rollout slot (none free, the rollout halted, or the rollout Leases unreadable), else 0."),
+		halted:        gauge("carve_agent_rollout_halted", "1 when the rollout of the profile file's current revision is halted (its failure budget spent), as this node last learnt it, else 0."),
+		drainDeadline: gauge("carve_agent_drain_deadline_timestamp_seconds", "Unix time at which the drain of the change that devices in use block times out (or timed out: the change still waits for them); 0 when no change is blocked."),
+		live:          newLiveCollector(),
 	}
-	for _, c := range []prometheus.Collector{m.reconciles, m.applyDuration, m.devices, m.state} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.applyDuration, m.devices, m.state, m.profile, m.slotHeld, m.waiting, m.halted, m.drainDeadline, m.live} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register agent metrics: %w", err)
 		}
 	}
+	for _, s := range append(allStates(), resultError) {
+		m.reconciles.WithLabelValues(s)
+	}
+	m.setState("")
 	return m, nil
 }
 
@@ -51,28 +93,232 @@ func allStates() []string {
 	return []string{carvev1.StateSuccess, carvev1.StatePending, carvev1.StateDraining, carvev1.StateApplying, carvev1.StateFailed, carvev1.StateRebootRequired}
 }
 
-// observe records one reconcile; a nil Metrics records nothing.
+// watch makes the scrape read readiness from ready and device health from
+// advertised (nil: the node has no device plugin of carve's); a nil
+// Metrics watches nothing.
+func (m *Metrics) watch(ready func() bool, advertised func() map[string][]plugin.AdvertisedDevice) {
+	if m == nil {
+		return
+	}
+	m.live.mu.Lock()
+	defer m.live.mu.Unlock()
+	m.live.ready, m.live.advertised = ready, advertised
+}
+
+// advertisedOf is mgr's Advertised; nil without a device plugin.
+func advertisedOf(mgr *plugin.Manager) func() map[string][]plugin.AdvertisedDevice {
+	if mgr == nil {
+		return nil
+	}
+	return mgr.Advertised
+}
+
+// observe records one reconcile; a nil Metrics records nothing. A
+// reconcile that could not finish is counted and leaves the rest as the
+// last finished one set it.
 func (m *Metrics) observe(res Result, err error) {
 	if m == nil {
 		return
 	}
 	if err != nil {
-		m.reconciles.WithLabelValues("error").Inc()
+		m.reconciles.WithLabelValues(resultError).Inc()
 		return
 	}
 	m.reconciles.WithLabelValues(res.State).Inc()
 	if res.OpsApplied > 0 {
 		m.applyDuration.Observe(res.ApplyDuration.Seconds())
 	}
-	m.devices.Reset()
-	for name, n := range res.Resources.Counts() {
+	m.setDevices(res.Resources)
+	m.setState(res.State)
+	m.setProfile(res.Selection)
+	m.slotHeld.Set(oneIf(res.Rollout.Holding))
+	m.waiting.Set(oneIf(res.Rollout.Waiting))
+	m.halted.Set(oneIf(res.Rollout.Halted))
+	deadline := 0.0
+	if !res.DrainDeadline.IsZero() {
+		deadline = float64(res.DrainDeadline.UnixMilli()) / 1000
+	}
+	m.drainDeadline.Set(deadline)
+}
+
+// setDevices sets the devices advertised per resource and deletes the
+// resources no longer advertised.
+func (m *Metrics) setDevices(res timeslice.Resources) {
+	counts := res.Counts()
+	for name, n := range counts {
 		m.devices.WithLabelValues(name).Set(float64(n))
 	}
-	for _, s := range allStates() {
-		v := 0.0
-		if s == res.State {
-			v = 1
+	for _, name := range m.lastResources {
+		if _, ok := counts[name]; !ok {
+			m.devices.DeleteLabelValues(name)
 		}
-		m.state.WithLabelValues(s).Set(v)
+	}
+	m.lastResources = m.lastResources[:0]
+	for name := range counts {
+		m.lastResources = append(m.lastResources, name)
+	}
+}
+
+// setState sets 1 for state and 0 for the others ("" sets all to 0).
+func (m *Metrics) setState(state string) {
+	for _, s := range allStates() {
+		m.state.WithLabelValues(s).Set(oneIf(s == state))
+	}
+}
+
+// setProfile makes the selection the one series of carve_agent_profile.
+func (m *Metrics) setProfile(sel configs.Selection) {
+	source := sel.Source
+	if source == "" {
+		source = configs.SourceNone
+	}
+	cur := []string{sel.Profile, source}
+	m.profile.WithLabelValues(cur...).Set(1)
+	if m.lastProfile != nil && !slices.Equal(m.lastProfile, cur) {
+		m.profile.DeleteLabelValues(m.lastProfile...)
+	}
+	m.lastProfile = cur
+}
+
+func oneIf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// liveCollector reads at each scrape what the agent's parts know now:
+// whether it is ready (/readyz), and the health of the devices its device
+// plugin advertises.
+type liveCollector struct {
+	readyDesc, unhealthyDesc *prometheus.Desc
+
+	mu         sync.Mutex
+	ready      func() bool
+	advertised func() map[string][]plugin.AdvertisedDevice
+}
+
+func newLiveCollector() *liveCollector {
+	return &liveCollector{
+		readyDesc: prometheus.NewDesc("carve_agent_ready",
+			"1 while the agent is ready (/readyz answers 200: caches synced and a reconcile finished), else 0.", nil, nil),
+		unhealthyDesc: prometheus.NewDesc("carve_agent_devices_unhealthy",
+			"Devices the device plugin advertises as unhealthy after a critical XID, replicas counted, per resource; absent with --advertise none.", []string{"resource"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.readyDesc
+	ch <- c.unhealthyDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	ready, advertised := c.ready, c.advertised
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.readyDesc, prometheus.GaugeValue, oneIf(ready != nil && ready()))
+	if advertised == nil {
+		return
+	}
+	for name, devs := range advertised() {
+		n := 0
+		for _, d := range devs {
+			if !d.Healthy {
+				n++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(c.unhealthyDesc, prometheus.GaugeValue, float64(n), name)
+	}
+}
+
+// NewRegistry returns the registry carve-agent serves on /metrics, with
+// the Go runtime and process collectors. New, given it as
+// Config.Registerer, adds the agent's collectors and the device plugin's;
+// MetricNames lists what it then exports.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// maxProbeLabels bounds the variable labels MetricNames tries per
+// description.
+const maxProbeLabels = 32
+
+// MetricNames returns the sorted names of the metric families c describes
+// (a *prometheus.Registry describes everything registered on it): every
+// name a scrape may show, a vector's before it has any series, unlike
+// Gather. A histogram's series add _bucket, _sum and _count to its name, a
+// summary's _sum and _count. Names are read through the client library's
+// own exposition, not from the descriptions' text.
+func MetricNames(c prometheus.Collector) ([]string, error) {
+	descs := make(chan *prometheus.Desc)
+	go func() {
+		c.Describe(descs)
+		close(descs)
+	}()
+	var (
+		probes []prometheus.Metric
+		errs   []error
+		seen   = map[string]bool{}
+	)
+	for d := range descs {
+		if seen[d.String()] {
+			continue
+		}
+		seen[d.String()] = true
+		m, err := probe(d)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		probes = append(probes, m)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("metric names: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(probeCollector(probes)); err != nil {
+		return nil, fmt.Errorf("metric names: %w", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("metric names: %w", err)
+	}
+	names := make([]string, 0, len(mfs))
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// probe makes a metric of d, with as many (empty) label values as d has
+// variable labels.
+func probe(d *prometheus.Desc) (prometheus.Metric, error) {
+	if err := d.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", d, err)
+	}
+	for n := range maxProbeLabels + 1 {
+		if m, err := prometheus.NewConstMetric(d, prometheus.UntypedValue, 0, make([]string, n)...); err == nil {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: more than %d variable labels", d, maxProbeLabels)
+}
+
+// probeCollector collects the probes; describing nothing, it is registered
+// unchecked, so that descriptions that share a name do not clash.
+type probeCollector []prometheus.Metric
+
+// Describe implements prometheus.Collector.
+func (probeCollector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (p probeCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range p {
+		ch <- m
 	}
 }

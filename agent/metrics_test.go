@@ -1,73 +1,491 @@
 package agent
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/plugin"
 	"github.com/carve-dev/carve/timeslice"
 )
 
-func TestMetrics(t *testing.T) {
+// scrape returns the series on reg whose names start with prefix, as
+// name{label="value",...} → value; a histogram appears as its _count.
+func scrape(t *testing.T, reg prometheus.Gatherer, prefix string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), prefix) {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			key := mf.GetName()
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				out[key+"_count"] = float64(m.GetHistogram().GetSampleCount())
+			default:
+				out[key] = m.GetUntyped().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// pick returns the entries of got whose keys start with one of prefixes.
+func pick(got map[string]float64, prefixes ...string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range got {
+		for _, p := range prefixes {
+			if strings.HasPrefix(k, p) {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// stateSeries is carve_agent_state with 1 for state.
+func stateSeries(state string) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range allStates() {
+		out[fmt.Sprintf("carve_agent_state{state=%q}", s)] = oneIf(s == state)
+	}
+	return out
+}
+
+// newTestMetrics registers Metrics on a fresh registry.
+func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, reg
+}
+
+// Before any reconcile every series whose labels are known exists at 0;
+// the agent is not ready and nothing is advertised.
+func TestMetricsInitialSeries(t *testing.T) {
+	m, reg := newTestMetrics(t)
 	if _, err := NewMetrics(reg); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
-	res := Result{State: carvev1.StateDraining, OpsApplied: 3, ApplyDuration: time.Second, Resources: timeslice.Resources{
-		"nvidia.com/mig-1g.10gb": make([]timeslice.Device, 4),
-		"nvidia.com/gpu":         make([]timeslice.Device, 1),
-	}}
-	m.observe(res, nil)
-	m.observe(Result{}, errors.New("NVML away"))
-	res.State, res.Resources = carvev1.StateSuccess, timeslice.Resources{"nvidia.com/gpu": make([]timeslice.Device, 2)}
-	m.observe(res, nil)
-
-	// The series on the registry, before any is read below (reading a
-	// child of a vector creates it).
-	counts := []struct {
-		name string
-		want int
-	}{
-		{"carve_agent_reconciles_total", 3},       // draining, error, success
-		{"carve_agent_apply_duration_seconds", 1}, // one histogram
-		{"carve_agent_state", len(allStates())},   // one per state
-		{"carve_agent_devices_advertised", 1},     // nvidia.com/mig-1g.10gb is gone
+	want := stateSeries("")
+	for _, r := range append(allStates(), resultError) {
+		want[fmt.Sprintf("carve_agent_reconciles_total{result=%q}", r)] = 0
 	}
-	for _, c := range counts {
-		got, err := testutil.GatherAndCount(reg, c.name)
-		if err != nil {
-			t.Fatalf("gather %s: %v", c.name, err)
-		}
-		if got != c.want {
-			t.Errorf("%s: %d series, want %d", c.name, got, c.want)
-		}
-	}
-
-	values := []struct {
-		name string
-		c    prometheus.Collector
-		want float64
-	}{
-		{`carve_agent_reconciles_total{result="draining"}`, m.reconciles.WithLabelValues("draining"), 1},
-		{`carve_agent_reconciles_total{result="success"}`, m.reconciles.WithLabelValues("success"), 1},
-		{`carve_agent_reconciles_total{result="error"}`, m.reconciles.WithLabelValues("error"), 1},
-		{`carve_agent_state{state="success"}`, m.state.WithLabelValues(carvev1.StateSuccess), 1},
-		{`carve_agent_state{state="draining"}`, m.state.WithLabelValues(carvev1.StateDraining), 0},
-		{`carve_agent_devices_advertised{resource="nvidia.com/gpu"}`, m.devices.WithLabelValues("nvidia.com/gpu"), 2},
-	}
-	for _, v := range values {
-		if got := testutil.ToFloat64(v.c); got != v.want {
-			t.Errorf("%s = %v, want %v", v.name, got, v.want)
-		}
+	maps.Copy(want, map[string]float64{
+		"carve_agent_apply_duration_seconds_count":     0,
+		"carve_agent_rollout_slot_held":                0,
+		"carve_agent_rollout_waiting":                  0,
+		"carve_agent_rollout_halted":                   0,
+		"carve_agent_drain_deadline_timestamp_seconds": 0,
+		"carve_agent_ready":                            0,
+	})
+	if diff := cmp.Diff(want, scrape(t, reg, "carve_")); diff != "" {
+		t.Errorf("series before any reconcile (-want +got):\n%s", diff)
 	}
 	var nilMetrics *Metrics
-	nilMetrics.observe(res, nil) // records nothing, does not panic
+	nilMetrics.observe(Result{}, nil) // records nothing, does not panic
+	nilMetrics.watch(func() bool { return true }, nil)
+	m.observe(Result{}, errors.New("NVML away"))
+	if got := scrape(t, reg, "carve_agent_reconciles_total")[`carve_agent_reconciles_total{result="error"}`]; got != 1 {
+		t.Errorf("error reconciles %v, want 1", got)
+	}
+}
+
+// observe sets every metric from a Result; a reconcile that could not
+// finish leaves them as they were; series that went are deleted.
+func TestMetricsObserve(t *testing.T) {
+	m, reg := newTestMetrics(t)
+	deadline := time.Date(2026, 3, 2, 12, 30, 0, 500e6, time.UTC)
+	res := Result{
+		State: carvev1.StateDraining, OpsApplied: 3, ApplyDuration: time.Second,
+		Selection: configs.Selection{Profile: "small", Source: configs.SourceRule, Rule: 0},
+		Resources: timeslice.Resources{"nvidia.com/mig-1g.10gb": make([]timeslice.Device, 4), "nvidia.com/gpu": make([]timeslice.Device, 1)},
+		Rollout:   RolloutStatus{Holding: true}, DrainDeadline: deadline,
+	}
+	m.observe(res, nil)
+	m.observe(Result{}, errors.New("NVML away"))
+	first := scrape(t, reg, "carve_")
+	want := stateSeries(carvev1.StateDraining)
+	maps.Copy(want, map[string]float64{
+		"carve_agent_apply_duration_seconds_count":                          1,
+		`carve_agent_devices_advertised{resource="nvidia.com/gpu"}`:         1,
+		`carve_agent_devices_advertised{resource="nvidia.com/mig-1g.10gb"}`: 4,
+		`carve_agent_profile{profile="small",source="rule"}`:                1,
+		"carve_agent_rollout_slot_held":                                     1,
+		"carve_agent_rollout_waiting":                                       0,
+		"carve_agent_rollout_halted":                                        0,
+		"carve_agent_drain_deadline_timestamp_seconds":                      float64(deadline.Unix()) + 0.5,
+	})
+	if diff := cmp.Diff(want, pick(first, "carve_agent_state", "carve_agent_apply", "carve_agent_devices", "carve_agent_profile", "carve_agent_rollout", "carve_agent_drain")); diff != "" {
+		t.Errorf("after a draining reconcile and an error (-want +got):\n%s", diff)
+	}
+
+	res = Result{
+		State: carvev1.StatePending, Selection: configs.Selection{Source: configs.SourceNone, Rule: -1},
+		Resources: timeslice.Resources{"nvidia.com/gpu": make([]timeslice.Device, 2)},
+		Rollout:   RolloutStatus{Waiting: true, Halted: true},
+	}
+	m.observe(res, nil)
+	want = stateSeries(carvev1.StatePending)
+	maps.Copy(want, map[string]float64{
+		"carve_agent_apply_duration_seconds_count":                  1,
+		`carve_agent_devices_advertised{resource="nvidia.com/gpu"}`: 2,
+		`carve_agent_profile{profile="",source="none"}`:             1,
+		"carve_agent_rollout_slot_held":                             0,
+		"carve_agent_rollout_waiting":                               1,
+		"carve_agent_rollout_halted":                                1,
+		"carve_agent_drain_deadline_timestamp_seconds":              0,
+	})
+	got := scrape(t, reg, "carve_")
+	if diff := cmp.Diff(want, pick(got, "carve_agent_state", "carve_agent_apply", "carve_agent_devices", "carve_agent_profile", "carve_agent_rollout", "carve_agent_drain")); diff != "" {
+		t.Errorf("after a pending reconcile (-want +got):\n%s", diff)
+	}
+	wantResults := map[string]float64{`carve_agent_reconciles_total{result="draining"}`: 1, `carve_agent_reconciles_total{result="pending"}`: 1, `carve_agent_reconciles_total{result="error"}`: 1}
+	for k, v := range pick(got, "carve_agent_reconciles_total") {
+		if v != wantResults[k] {
+			t.Errorf("%s = %v, want %v", k, v, wantResults[k])
+		}
+	}
+}
+
+// The scrape reads readiness and device health when it happens, from the
+// sources New gives (the Controller, the device plugin).
+func TestMetricsLive(t *testing.T) {
+	m, reg := newTestMetrics(t)
+	ready := false
+	devs := map[string][]plugin.AdvertisedDevice{
+		"nvidia.com/gpu":         {{ID: "a", Healthy: true}, {ID: "b"}, {ID: "c"}},
+		"nvidia.com/mig-1g.10gb": {{ID: "d", Healthy: true}},
+	}
+	tests := []struct {
+		name       string
+		ready      bool
+		advertised func() map[string][]plugin.AdvertisedDevice
+		want       map[string]float64
+	}{
+		{"no device plugin, not ready", false, nil, map[string]float64{"carve_agent_ready": 0}},
+		{"ready, two sick devices", true, func() map[string][]plugin.AdvertisedDevice { return devs },
+			map[string]float64{
+				"carve_agent_ready": 1,
+				`carve_agent_devices_unhealthy{resource="nvidia.com/gpu"}`:         2,
+				`carve_agent_devices_unhealthy{resource="nvidia.com/mig-1g.10gb"}`: 0,
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m.watch(func() bool { return ready }, tt.advertised)
+			ready = tt.ready
+			got := pick(scrape(t, reg, "carve_"), "carve_agent_ready", "carve_agent_devices_unhealthy")
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// observeReconcile runs one reconcile of the harness's node with profile
+// pinned, on revision rev, and records it on m.
+func observeReconcile(t *testing.T, h *harness, m *Metrics, f *configs.File, profile, rev string) Result {
+	t.Helper()
+	h.labels[carvev1.LabelProfile] = profile
+	res, err := h.r.Reconcile(context.Background(), Input{Config: f, Labels: h.labels, Now: h.now, Previous: h.prev, Revision: rev})
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	h.record(res)
+	m.observe(res, nil)
+	return res
+}
+
+// A drain publishes when it times out, from the moment it starts until
+// the change is made, also once the deadline has passed; the profile,
+// state and repartitions follow real reconciles.
+func TestMetricsDrainOfRealReconciles(t *testing.T) {
+	h := newHarness(t, "h100-80gb*2")
+	m, reg := newTestMetrics(t)
+	f := h.parse(testProfiles)
+	observeReconcile(t, h, m, f, "balanced", "")
+	busy := h.migUUID(0, "3g.40gb")
+	if err := h.m.SetBusy(busy, true); err != nil {
+		t.Fatal(err)
+	}
+	h.inUse.hold(busy, "trainer")
+	deadline := float64(h.now.Add(30 * time.Minute).Unix())
+	type step struct {
+		advance time.Duration
+		release bool
+		state   string
+		want    map[string]float64
+	}
+	steps := []step{
+		{0, false, carvev1.StateDraining, map[string]float64{"carve_agent_drain_deadline_timestamp_seconds": deadline, "carve_agent_apply_duration_seconds_count": 2}},
+		{10 * time.Minute, false, carvev1.StateDraining, map[string]float64{"carve_agent_drain_deadline_timestamp_seconds": deadline, "carve_agent_apply_duration_seconds_count": 2}},
+		{25 * time.Minute, false, carvev1.StateFailed, map[string]float64{"carve_agent_drain_deadline_timestamp_seconds": deadline, "carve_agent_apply_duration_seconds_count": 2}},
+		{time.Minute, true, carvev1.StateSuccess, map[string]float64{"carve_agent_drain_deadline_timestamp_seconds": 0, "carve_agent_apply_duration_seconds_count": 3}},
+	}
+	for i, s := range steps {
+		h.now = h.now.Add(s.advance)
+		if s.release {
+			h.inUse.release(busy)
+			if err := h.m.SetBusy(busy, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if res := observeReconcile(t, h, m, f, "small", ""); res.State != s.state {
+			t.Fatalf("step %d: state %s, want %s", i, res.State, s.state)
+		}
+		want := stateSeries(s.state)
+		maps.Copy(want, s.want)
+		want[`carve_agent_profile{profile="small",source="label"}`] = 1
+		got := pick(scrape(t, reg, "carve_"), "carve_agent_state", "carve_agent_drain", "carve_agent_apply", "carve_agent_profile")
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("step %d (%s) (-want +got):\n%s", i, s.state, diff)
+		}
+	}
+}
+
+// The rollout gauges follow what the rollout answered the node's real
+// reconciles: waiting without a slot, halted as the rollout said on the
+// file's revision, holding while a change drains.
+func TestMetricsRolloutOfRealReconciles(t *testing.T) {
+	tests := []struct {
+		name                   string
+		fr                     *fakeRollout
+		busy, fault            bool
+		state                  string
+		held, waiting, stopped float64
+	}{
+		{"no slot free", &fakeRollout{}, false, false, carvev1.StatePending, 0, 1, 0},
+		{"halted", &fakeRollout{halted: true}, false, false, carvev1.StatePending, 0, 1, 1},
+		{"Leases unreadable", &fakeRollout{err: errors.New("connection refused")}, false, false, carvev1.StatePending, 0, 1, 0},
+		{"granted, done, released", &fakeRollout{grant: true}, false, false, carvev1.StateSuccess, 0, 0, 0},
+		{"granted, draining", &fakeRollout{grant: true}, true, false, carvev1.StateDraining, 1, 0, 0},
+		{"own failure spends the budget", &fakeRollout{grant: true}, false, true, carvev1.StateFailed, 0, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, "h100-80gb*1")
+			h.r.Rollout = &fakeRollout{grant: true}
+			m, reg := newTestMetrics(t)
+			f := h.parse(testProfiles)
+			observeReconcile(t, h, m, f, "balanced", "r1")
+			h.r.Rollout = tt.fr
+			if tt.busy {
+				h.inUse.hold(h.migUUID(0, "3g.40gb"), "trainer")
+			}
+			if tt.fault {
+				if err := h.m.InjectFault(sim.Fault{Call: "CreateGPUInstance", GPU: 0, Err: partition.ErrInsufficientResources, Times: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if res := observeReconcile(t, h, m, f, "small", "r1"); res.State != tt.state {
+				t.Fatalf("state %s, want %s", res.State, tt.state)
+			}
+			want := map[string]float64{"carve_agent_rollout_slot_held": tt.held, "carve_agent_rollout_waiting": tt.waiting, "carve_agent_rollout_halted": tt.stopped}
+			if diff := cmp.Diff(want, pick(scrape(t, reg, "carve_"), "carve_agent_rollout")); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A halt seen on one revision of the file is not reported on the next,
+// even by a node that has no disruptive change to ask a slot for.
+func TestMetricsHaltEndsWithTheRevision(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	h.r.Rollout = &fakeRollout{halted: true}
+	m, reg := newTestMetrics(t)
+	f := h.parse(testProfiles)
+	observeReconcile(t, h, m, f, "full", "r1")
+	steps := []struct {
+		profile, rev string
+		halted       float64
+	}{
+		{"small", "r1", 1},
+		{"full", "r1", 1}, // nothing to ask for: the last word on r1 stands
+		{"full", "r2", 0}, // a new revision has a budget of its own
+	}
+	for _, s := range steps {
+		observeReconcile(t, h, m, f, s.profile, s.rev)
+		if got := scrape(t, reg, "carve_agent_rollout_halted")["carve_agent_rollout_halted"]; got != s.halted {
+			t.Errorf("%s on %s: halted %v, want %v", s.profile, s.rev, got, s.halted)
+		}
+	}
+}
+
+// New registers on carve-agent's registry every metric docs/monitoring.md
+// lists, besides the Go and process collectors; the agent is not ready
+// before it runs.
+func TestNewExportsMetrics(t *testing.T) {
+	cfg, _ := newAgentConfig(t, "full")
+	reg := NewRegistry()
+	cfg.Registerer = reg
+	if _, err := New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	names, err := MetricNames(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var carve []string
+	for _, n := range names {
+		if strings.HasPrefix(n, "carve_") {
+			carve = append(carve, n)
+		}
+	}
+	want := []string{
+		"carve_agent_apply_duration_seconds", "carve_agent_devices_advertised", "carve_agent_devices_unhealthy",
+		"carve_agent_drain_deadline_timestamp_seconds", "carve_agent_profile", "carve_agent_ready",
+		"carve_agent_reconciles_total", "carve_agent_rollout_halted", "carve_agent_rollout_slot_held",
+		"carve_agent_rollout_waiting", "carve_agent_state",
+		"carve_device_plugin_allocation_failures_total", "carve_device_plugin_allocations_total", "carve_device_plugin_xid_events_total",
+	}
+	if diff := cmp.Diff(want, carve); diff != "" {
+		t.Errorf("carve's metric names (-want +got):\n%s", diff)
+	}
+	for _, n := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if !slices.Contains(names, n) {
+			t.Errorf("%s missing: the Go and process collectors are not registered", n)
+		}
+	}
+	if got := scrape(t, reg, "carve_agent_ready")["carve_agent_ready"]; got != 0 {
+		t.Errorf("carve_agent_ready = %v before Run, want 0", got)
+	}
+}
+
+// MetricNames reads names from descriptions: vectors without series,
+// histograms, summaries, functions and constant labels, each name once;
+// an invalid description is an error.
+func TestMetricNames(t *testing.T) {
+	tests := []struct {
+		name    string
+		cs      []prometheus.Collector
+		want    []string
+		wantErr string
+	}{
+		{"vector without series", []prometheus.Collector{
+			prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a_total", Help: "h"}, []string{"x", "y"}),
+		}, []string{"a_total"}, ""},
+		{"histogram, summary vector, gauge function", []prometheus.Collector{
+			prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h_seconds", Help: "h"}),
+			prometheus.NewSummaryVec(prometheus.SummaryOpts{Name: "s_seconds", Help: "h"}, []string{"op"}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "g", Help: "h"}, func() float64 { return 1 }),
+		}, []string{"g", "h_seconds", "s_seconds"}, ""},
+		{"one name, two constant labels", []prometheus.Collector{
+			prometheus.NewGauge(prometheus.GaugeOpts{Name: "c", Help: "h", ConstLabels: prometheus.Labels{"k": "1"}}),
+			prometheus.NewGauge(prometheus.GaugeOpts{Name: "c", Help: "h", ConstLabels: prometheus.Labels{"k": "2"}}),
+		}, []string{"c"}, ""},
+		{"nothing", nil, []string{}, ""},
+		{"invalid description", []prometheus.Collector{
+			prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "d", Help: "h"}, []string{"__reserved"}),
+		}, nil, "__reserved"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A registry refuses an invalid description: describe the
+			// collectors unregistered then.
+			var c prometheus.Collector = multiCollector(tt.cs)
+			if tt.wantErr == "" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(tt.cs...)
+				c = reg
+			}
+			got, err := MetricNames(c)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// multiCollector describes and collects several collectors, unregistered.
+type multiCollector []prometheus.Collector
+
+func (m multiCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m {
+		c.Describe(ch)
+	}
+}
+
+func (m multiCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m {
+		c.Collect(ch)
+	}
+}
+
+// carve_agent_ready follows Ready (/readyz) as the agent runs: 0 before
+// its first reconcile, 1 after; with Advertise none there is no device
+// health to report.
+func TestReadyMetricOfARunningAgent(t *testing.T) {
+	cfg, _ := newAgentConfig(t, "full")
+	cfg.Advertise, cfg.PodResourcesSocket = AdvertiseNone, PodResourcesNone
+	reg := NewRegistry()
+	cfg.Registerer = reg
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pick(scrape(t, reg, "carve_"), "carve_agent_ready", "carve_agent_devices_unhealthy"); !cmp.Equal(got, map[string]float64{"carve_agent_ready": 0}) {
+		t.Fatalf("before Run: %v, want ready 0 and no unhealthy series", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !a.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent did not become ready in 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	want := map[string]float64{"carve_agent_ready": 1, `carve_agent_profile{profile="full",source="label"}`: 1}
+	if diff := cmp.Diff(want, pick(scrape(t, reg, "carve_"), "carve_agent_ready", "carve_agent_devices_unhealthy", "carve_agent_profile")); diff != "" {
+		t.Errorf("once ready (-want +got):\n%s", diff)
+	}
 }

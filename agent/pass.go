@@ -59,6 +59,9 @@ type pass struct {
 	done          *appliedState
 	opsApplied    int
 	applyDuration time.Duration
+	// drainDeadline is when the drain of the blocked changes times out
+	// (zero when none drains).
+	drainDeadline time.Time
 }
 
 // begin starts a pass: on the first one it reports an apply a previous run

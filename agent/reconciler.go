@@ -101,6 +101,24 @@ type Result struct {
 	OpsApplied int
 	// ApplyDuration is how long the ops took (zero when none ran).
 	ApplyDuration time.Duration
+	// Rollout is this node's part in the rollout after the pass.
+	Rollout RolloutStatus
+	// DrainDeadline is when the drain of the change that devices in use
+	// block times out, or timed out (drain policy wait or evict; the
+	// change is made once they are free); zero when no change is blocked.
+	DrainDeadline time.Time
+}
+
+// RolloutStatus is a node's part in the rollout, as the pass left it.
+type RolloutStatus struct {
+	// Holding: the node holds a rollout slot.
+	Holding bool
+	// Waiting: disruptive changes wait for a slot (none free, the rollout
+	// halted, or the Leases unreadable).
+	Waiting bool
+	// Halted: the failure budget of the file's revision is spent, as this
+	// node last learnt it (asking for a slot, or reporting its change).
+	Halted bool
 }
 
 // Hooks are called by the Reconciler at points of an apply; they are given
@@ -165,6 +183,15 @@ type Reconciler struct {
 	paused     map[string]string
 	drain      *drainState
 	lastEvents map[string]bool
+	// halted is what the rollout last told of the budget of a revision.
+	halted haltedRevision
+}
+
+// haltedRevision records whether the failure budget of a revision of the
+// profile file was spent, as the rollout last said.
+type haltedRevision struct {
+	revision string
+	halted   bool
 }
 
 // appliedState is the profile last realised in full.

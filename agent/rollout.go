@@ -59,6 +59,9 @@ func (p *pass) takeSlot() (bool, error) {
 	}
 	policy := p.file.RolloutFor(p.sel)
 	dec, err := r.Rollout.Acquire(p.ctx, policy, p.in.Revision)
+	if err == nil {
+		r.halted = haltedRevision{revision: p.in.Revision, halted: dec.Halted}
+	}
 	if err == nil && dec.Granted {
 		return true, nil
 	}
@@ -132,6 +135,9 @@ func (p *pass) releaseSlot() {
 				Message: fmt.Sprintf("rollout halted: this node's disruptive change failed, and the failed nodes reach rollout.maxFailures (%d) on this revision of the profile file; no further node starts one until the file changes (fix or revert it)",
 					policy.MaxFailures)})
 		}
+		if err == nil {
+			r.halted = haltedRevision{revision: p.in.Revision, halted: halted}
+		}
 	}
 	if err := r.Rollout.Release(p.ctx); err != nil {
 		p.log.Warn("could not release the rollout slot; it expires on its own", "err", err)
@@ -150,6 +156,19 @@ func (p *pass) clearRecoveredFailure() {
 	}
 	if err := p.r.Rollout.Recovered(p.ctx); err != nil {
 		p.log.Warn("could not remove this node's failure from the rollout", "err", err)
+	}
+}
+
+// rolloutStatus is the node's part in the rollout once the pass is over.
+func (p *pass) rolloutStatus() RolloutStatus {
+	r := p.r
+	if r.Rollout == nil {
+		return RolloutStatus{}
+	}
+	return RolloutStatus{
+		Holding: r.Rollout.Holding(),
+		Waiting: len(p.queued) > 0,
+		Halted:  r.halted.halted && r.halted.revision == p.in.Revision,
 	}
 }
 

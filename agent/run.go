@@ -185,6 +185,7 @@ func New(cfg Config) (*Agent, error) {
 		ctrl.Reconciler.Operands = &nodeOperands{client: cfg.Client, node: cfg.NodeName, timeout: timeout, every: time.Second}
 		ctrl.Reconciler.OperandNames = cfg.PauseOperands
 	}
+	metrics.watch(ctrl.Ready, advertisedOf(mgr))
 	ro := &LeaseRollout{
 		Client: cfg.Client, Namespace: cfg.ConfigMapNamespace, ConfigMap: cfg.ConfigMapName, Node: cfg.NodeName,
 		SlotDuration: cfg.RolloutSlotDuration, Logger: cfg.Logger,

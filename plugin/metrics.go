@@ -52,5 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, fmt.Errorf("register device plugin metrics: %w", err)
 		}
 	}
+	// Both values of critical exist from the first scrape, so that rate()
+	// and alerts see the first XID.
+	for _, critical := range []string{"true", "false"} {
+		m.xids.WithLabelValues(critical)
+	}
 	return m, nil
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -228,8 +227,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := agent.NewRegistry()
 	a, err := agent.New(agent.Config{
 		NodeName: o.nodeName, Client: client,
 		ConfigMapNamespace: o.configMapNamespace, ConfigMapName: o.configMapName,
