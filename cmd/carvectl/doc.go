@@ -1,6 +1,6 @@
 // Command carvectl is carve's operator CLI: it validates profile files,
 // shows what the agent would do to a node's GPUs and when each profile is in
-// force, shows the nodes' state, and imports NVIDIA's mig-parted and
-// device-plugin configurations. See docs/reference.md, docs/profiles.md and
-// docs/import.md.
+// force, shows the nodes' state, once or live as it changes (status -w),
+// and imports NVIDIA's mig-parted and device-plugin configurations. See
+// docs/reference.md, docs/profiles.md and docs/import.md.
 package main

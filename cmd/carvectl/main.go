@@ -15,7 +15,7 @@ Usage:
   carvectl plan     -f profiles.yaml --profile NAME --gpus sim:<machine>|nvml [--from STATE.json]
                     [--sim-latency realistic|DURATION|op=DURATION,...] [-o table|json]
   carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d]
-  carvectl status   [--kubeconfig PATH] [--selector k=v] [-o table|json]
+  carvectl status   [--kubeconfig PATH] [--selector k=v] [-o table|json] [-w|--watch]
   carvectl import   mig-parted -f config.yaml [--device-plugin-config dp.yaml ...]
                     [--device-plugin-default NAME]
 

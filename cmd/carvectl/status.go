@@ -29,15 +29,17 @@ const nvidiaResourcePrefix = "nvidia.com/"
 // server gives a clear error instead of a hang.
 const statusTimeout = 20 * time.Second
 
-// statusClientFunc builds the Kubernetes client carvectl status uses and
-// returns the API server's URL for messages; tests pass a fake one.
-type statusClientFunc func(kubeconfig string) (kubernetes.Interface, string, error)
+// statusClientFunc builds the Kubernetes client carvectl status uses, its
+// requests bounded by timeout (none when 0), and returns the API server's
+// URL for messages; tests pass a fake one.
+type statusClientFunc func(kubeconfig string, timeout time.Duration) (kubernetes.Interface, string, error)
 
 // newStatusClient builds the client for carvectl status from --kubeconfig,
 // else KUBECONFIG, else ~/.kube/config, else the in-cluster config (the
-// clientcmd loading rules), and returns it with the API server's URL. Tests
-// replace it.
-func newStatusClient(kubeconfig string) (kubernetes.Interface, string, error) {
+// clientcmd loading rules), and returns it with the API server's URL. Each
+// request gives up after timeout; status -w passes 0, as a watch is a
+// request that lasts minutes. Tests replace it.
+func newStatusClient(kubeconfig string, timeout time.Duration) (kubernetes.Interface, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
 		rules.ExplicitPath = kubeconfig
@@ -49,7 +51,7 @@ func newStatusClient(kubeconfig string) (kubernetes.Interface, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("load kubeconfig: %w", err)
 	}
-	cfg.Timeout = statusTimeout
+	cfg.Timeout = timeout
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, cfg.Host, fmt.Errorf("client for %s: %w", cfg.Host, err)
@@ -94,9 +96,11 @@ func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFu
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
-	output := fs.String("o", "table", "output format: table or json")
+	output := fs.String("o", "table", "output format: table or json (with -w: JSON Lines, one object per changed node)")
 	selector := fs.String("selector", "", "label selector for the nodes, e.g. pool=inference")
 	configMap := fs.String("config-map", "carve-system/carve-profiles", "namespace/name of the profile ConfigMap whose rollout to show")
+	watch := fs.Bool("w", false, "watch: keep the table up to date as the nodes change, until interrupted")
+	fs.BoolVar(watch, "watch", false, "same as -w")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -115,13 +119,17 @@ func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFu
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		return fmt.Errorf("--config-map %q: want namespace/name", *configMap)
 	}
-	cs, host, err := newClient(*kubeconfig)
+	q := statusQuery{selector: *selector, output: *output, namespace: ns, configMap: name, now: time.Now()}
+	if *watch {
+		return runStatusWatch(stdout, stderr, *kubeconfig, q, newClient)
+	}
+	cs, host, err := newClient(*kubeconfig, statusTimeout)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
-	return status(ctx, cs, host, statusQuery{selector: *selector, output: *output, namespace: ns, configMap: name, now: time.Now()}, stdout)
+	return status(ctx, cs, host, q, stdout)
 }
 
 // statusQuery is what carvectl status shows: the nodes matching selector,
@@ -153,17 +161,30 @@ func status(ctx context.Context, cs kubernetes.Interface, host string, q statusQ
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tROLLOUT\tRESOURCES\tLAST ERROR")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned),
-			orDash(r.Applied), orDash(r.State), orDash(r.Rollout), orDash(compactResources(r.Resources)), orDash(textfmt.OneLine(lastWord(r))))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := writeNodeTable(w, rows); err != nil {
 		return err
 	}
 	ro.write(w, q.now)
 	return nil
+}
+
+// statusHeader names the columns of the node table, tab-separated.
+const statusHeader = "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tROLLOUT\tRESOURCES\tLAST ERROR"
+
+// rowCells are r's cells in the node table, "-" for an empty one.
+func rowCells(r nodeStatus) []string {
+	return []string{r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned), orDash(r.Applied), orDash(r.State),
+		orDash(r.Rollout), orDash(compactResources(r.Resources)), orDash(textfmt.OneLine(lastWord(r)))}
+}
+
+// writeNodeTable writes the header and rows as aligned columns.
+func writeNodeTable(w io.Writer, rows []nodeStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, statusHeader)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(rowCells(r), "\t"))
+	}
+	return tw.Flush()
 }
 
 // lastWord is the LAST ERROR column: the last error, or what a node that

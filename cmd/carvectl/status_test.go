@@ -252,9 +252,11 @@ func TestStatusJSON(t *testing.T) {
 	}
 }
 
+// TestStatusCommand: the flags reach the client and the query, a failed
+// node is no failure of the command, and bad usage exits 2.
 func TestStatusCommand(t *testing.T) {
 	var gotKubeconfig string
-	newClient := func(kubeconfig string) (kubernetes.Interface, string, error) {
+	newClient := func(kubeconfig string, _ time.Duration) (kubernetes.Interface, string, error) {
 		gotKubeconfig = kubeconfig
 		return fake.NewClientset(statusNodes(t)...), "https://test", nil
 	}
@@ -275,13 +277,16 @@ func TestStatusCommand(t *testing.T) {
 	if code, stdout, _ := carvectl("status"); code != 0 || !strings.Contains(stdout, "failed") {
 		t.Errorf("exit %d:\n%s", code, stdout)
 	}
-	for _, args := range [][]string{{"status", "-o", "yaml"}, {"status", "--selector", "=x"}, {"status", "extra"}} {
+	for _, args := range [][]string{{"status", "-o", "yaml"}, {"status", "--selector", "=x"}, {"status", "extra"}, {"status", "-w", "extra"}} {
 		if code, _, stderr := carvectl(args...); code != 2 || stderr == "" {
 			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
 		}
 	}
 }
 
+// TestStatusUnreachable: status and status -w end with exit 2 and an
+// error naming the API server when nothing answers there, and with one
+// naming the kubeconfig when there is none.
 func TestStatusUnreachable(t *testing.T) {
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	const cfg = `apiVersion: v1
@@ -300,11 +305,13 @@ users:
 	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := carvectl("status", "--kubeconfig", kc)
-	if code != 2 || !strings.Contains(stderr, "https://127.0.0.1:1") {
-		t.Errorf("exit %d, stderr %q", code, stderr)
+	for _, args := range [][]string{{"status"}, {"status", "-w"}, {"status", "--watch", "-o", "json"}} {
+		code, _, stderr := carvectl(append(args, "--kubeconfig", kc)...)
+		if code != 2 || !strings.Contains(stderr, "https://127.0.0.1:1") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
 	}
-	code, _, stderr = carvectl("status", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
+	code, _, stderr := carvectl("status", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
 	if code != 2 || !strings.Contains(stderr, "kubeconfig") {
 		t.Errorf("missing kubeconfig: exit %d, stderr %q", code, stderr)
 	}
