@@ -341,7 +341,7 @@ func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []
 	}
 	// The order of creation; deletion goes the other way.
 	deployOrder := []string{"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
-		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "DaemonSet"}
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "Service", "DaemonSet"}
 	sorted := slices.Clone(objs)
 	for _, o := range sorted {
 		if !slices.Contains(deployOrder, o.GetKind()) {

@@ -37,6 +37,7 @@ const (
 	deployNS       = "carve-system"
 	deploySA       = "carve-agent"
 	profilesCM     = "carve-profiles"
+	metricsService = "carve-agent-metrics"
 )
 
 // renderDeploy renders configs/deploy as `kubectl apply -k` would, with the
@@ -176,13 +177,14 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 		{"Namespace", deployNS}, {"ServiceAccount", deploySA}, {"Role", deploySA}, {"RoleBinding", deploySA},
 		{"ClusterRole", deploySA}, {"ClusterRoleBinding", deploySA}, {"DaemonSet", deploySA}, {"ConfigMap", profilesCM},
 		{"ValidatingAdmissionPolicy", nodePolicy}, {"ValidatingAdmissionPolicyBinding", nodePolicy},
+		{"Service", metricsService},
 	} {
 		if findObject(objs, want.kind, want.name) == nil {
 			t.Errorf("configs/deploy renders no %s %s", want.kind, want.name)
 		}
 	}
-	if len(objs) != 10 {
-		t.Errorf("configs/deploy renders %d objects, want 10", len(objs))
+	if len(objs) != 11 {
+		t.Errorf("configs/deploy renders %d objects, want 11", len(objs))
 	}
 
 	resource := func(o *unstructured.Unstructured) dynamic.ResourceInterface {

@@ -1,0 +1,71 @@
+package chart
+
+import (
+	"os"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/desired"
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
+)
+
+// exampleProfiles is the profile file the chart's ConfigMap holds by default.
+const exampleProfiles = "../../configs/examples/profiles.yaml"
+
+// TestDefaultProfilesAreTheExample: with default values the chart's
+// ConfigMap holds configs/examples/profiles.yaml byte for byte under the key
+// profiles.yaml and nothing else, and the file passes what `carvectl
+// validate` checks, against every model carve knows and against a
+// simulated DGX H100 (`--gpus sim:dgx-h100`).
+func TestDefaultProfilesAreTheExample(t *testing.T) {
+	want, err := os.ReadFile(exampleProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := mustRender(t, loadChart(t), nil)
+	cm := findObject(objs, "ConfigMap", "carve-profiles")
+	if cm == nil {
+		t.Fatal("no ConfigMap carve-profiles rendered")
+	}
+	if cm.GetNamespace() != namespace {
+		t.Errorf("ConfigMap in %q, want %q", cm.GetNamespace(), namespace)
+	}
+	data, found, err := unstructured.NestedStringMap(cm.Object, "data")
+	if err != nil || !found {
+		t.Fatalf("ConfigMap data: found %v, %v", found, err)
+	}
+	if len(data) != 1 || data["profiles.yaml"] != string(want) {
+		t.Fatalf("ConfigMap data has keys %d, profiles.yaml equal to %s: %v; values.yaml's profiles.data must be that file, indented",
+			len(data), exampleProfiles, data["profiles.yaml"] == string(want))
+	}
+
+	f, err := configs.Parse([]byte(data["profiles.yaml"]))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if _, err := f.Check(partition.NewGeometry(partition.Catalogue()), nil); err != nil {
+		t.Errorf("check against carve's catalogue: %v", err)
+	}
+	lib, err := sim.New("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lib.Init(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lib.Shutdown() })
+	node, err := partition.ReadNode(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unverified, err := f.Check(node.Geometry(), desired.ConfigGPUs(node))
+	if err != nil {
+		t.Errorf("check against sim:dgx-h100: %v", err)
+	}
+	if len(unverified) > 0 {
+		t.Errorf("unverified on sim:dgx-h100: %v", unverified)
+	}
+}

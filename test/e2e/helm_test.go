@@ -1,0 +1,443 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/kube"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/test/cluster"
+	"github.com/carve-dev/carve/test/harness"
+)
+
+const (
+	// helmChart is the chart the test installs.
+	helmChart = "../../charts/carve"
+	// helmRelease is the release; its objects are helmRelease-agent and so
+	// on, not configs/deploy's carve-agent.
+	helmRelease = "carve-e2e"
+	// helmNS is the namespace the test creates and installs into.
+	helmNS = "carve-helm-e2e"
+	// helmPods selects the release's agent pods.
+	helmPods = agentPods + ",app.kubernetes.io/instance=" + helmRelease
+)
+
+// TestHelmInstallUpgradeUninstall installs charts/carve with Helm's Go
+// action package into a new namespace of the local cluster (simulated DGX
+// H100, the cluster's kubelet paths, host network) and checks that the
+// DaemonSet becomes Ready and the node advertises the default profile's
+// devices; upgrades the release with another defaultProfile in
+// profiles.data and checks that the same agent pod, never restarted and
+// with its DaemonSet not rolled, realises and advertises it; uninstalls
+// and checks that no object of the release is left (namespaced and
+// cluster-scoped), that the agent pod and its device-plugin sockets are
+// gone, and that the node keeps carve's labels and annotation.
+func TestHelmInstallUpgradeUninstall(t *testing.T) {
+	c := suite.Cluster(t)
+	cs := c.Clientset()
+	ctx := testCtx(t, 15*time.Minute)
+	freshNode(t, c)
+	node := c.NodeName()
+
+	t0 := time.Now()
+	importAgentImage(ctx, t, c)
+	t.Logf("built and imported %s in %s", agentImage, time.Since(t0).Round(100*time.Millisecond))
+	// Created before the release, so that it is removed after the pod.
+	vals := helmValues(t, c, t.TempDir(), freePort(t))
+	labelGPUNode(ctx, t, cs, node)
+	createHelmNamespace(ctx, t, cs)
+	cfg := helmConfig(t, c)
+	ch, err := loader.Load(helmChart)
+	if err != nil {
+		t.Fatalf("load chart: %v", err)
+	}
+
+	t0 = time.Now()
+	manifest := helmInstall(ctx, t, c, cfg, ch, vals)
+	pod := waitHelmPodReady(ctx, t, cs, node)
+	waitState(ctx, t, c, carvev1.StateSuccess, "full")
+	waitAllocatable(ctx, t, cs, node, map[string]int64{gpu: 8})
+	t.Logf("installed: pod %s Ready, profile full advertised %s after helm install", pod.Name, time.Since(t0).Round(100*time.Millisecond))
+
+	t0 = time.Now()
+	helmUpgradeProfiles(ctx, t, c, cfg, ch, vals, pod)
+	t.Logf("upgraded: profile all-1g realised and advertised by the same pod %s after helm upgrade", time.Since(t0).Round(100*time.Millisecond))
+
+	t0 = time.Now()
+	helmUninstall(ctx, t, c, cfg, manifest)
+	t.Logf("uninstalled: every object, the pod and its sockets gone %s after helm uninstall", time.Since(t0).Round(100*time.Millisecond))
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Labels[carvev1.LabelState] != carvev1.StateSuccess || n.Labels[carvev1.LabelApplied] != "all-1g" || n.Annotations[carvev1.AnnotationRecord] == "" {
+		t.Errorf("after uninstall the node has %s=%q, %s=%q and %s set %v; uninstall leaves them",
+			carvev1.LabelState, n.Labels[carvev1.LabelState], carvev1.LabelApplied, n.Labels[carvev1.LabelApplied],
+			carvev1.AnnotationRecord, n.Annotations[carvev1.AnnotationRecord] != "")
+	}
+}
+
+// helmValues are the chart values for the local cluster, what
+// localDaemonSet changes in configs/deploy's DaemonSet: the e2e image,
+// never pulled; simulated GPUs whose state survives a restart in the state
+// directory; the cluster's kubelet paths; stateDir as the state hostPath;
+// host network with the API server named by KUBERNETES_SERVICE_HOST/PORT;
+// the metrics port. They go through JSON as a values file would.
+func helmValues(t *testing.T, c *cluster.Cluster, stateDir string, metricsPort int) map[string]any {
+	t.Helper()
+	host, apiPort, err := net.SplitHostPort(strings.TrimPrefix(c.APIServerURL(), "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndex(agentImage, ":")
+	vals := map[string]any{
+		"image":       map[string]any{"repository": agentImage[:i], "tag": agentImage[i+1:], "pullPolicy": "Never"},
+		"gpus":        "sim:dgx-h100",
+		"extraArgs":   []string{"--sim-state=/var/lib/carve/" + simStateFile},
+		"hostNetwork": true,
+		"extraEnv": []map[string]string{
+			{"name": "KUBERNETES_SERVICE_HOST", "value": host},
+			{"name": "KUBERNETES_SERVICE_PORT", "value": apiPort},
+		},
+		"kubelet":  map[string]any{"devicePluginDir": c.DevicePluginDir(), "podResourcesDir": filepath.Dir(c.PodResourcesSocket())},
+		"stateDir": stateDir,
+		"metrics":  map[string]any{"port": metricsPort},
+		"profiles": map[string]any{"data": readExample(t)},
+	}
+	raw, err := json.Marshal(vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := common.ReadValues(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.AsMap()
+}
+
+// labelGPUNode puts the label the chart's default affinity asks for on the
+// node, until the test ends.
+func labelGPUNode(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string) {
+	t.Helper()
+	if err := harness.SetNodeLabels(ctx, cs, node, map[string]string{gpuPresent: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := harness.SetNodeLabels(context.Background(), cs, node, map[string]string{gpuPresent: ""}); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+}
+
+// createHelmNamespace creates helmNS, labelled for privileged pods as
+// docs/helm.md says, and deletes it when the test ends, waiting until it
+// is gone. A namespace left by an earlier run fails the test.
+func createHelmNamespace(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: helmNS,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s (left by an earlier run?): %v", helmNS, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := cs.CoreV1().Namespaces().Delete(ctx, helmNS, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("cleanup: delete namespace %s: %v", helmNS, err)
+			return
+		}
+		err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, helmNS, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Errorf("cleanup: namespace %s still there: %v", helmNS, err)
+		}
+	})
+}
+
+// helmConfig is Helm's action configuration for the cluster's admin
+// kubeconfig and helmNS, releases stored as Secrets (Helm's default); Helm
+// logs warnings and errors to the test's output.
+func helmConfig(t *testing.T, c *cluster.Cluster) *action.Configuration {
+	t.Helper()
+	kubeconfig, ns := c.Kubeconfig(), helmNS
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig, flags.Namespace = &kubeconfig, &ns
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := cfg.Init(flags, helmNS, "secret"); err != nil {
+		t.Fatalf("helm configuration: %v", err)
+	}
+	return cfg
+}
+
+// manifestOf returns the release's rendered manifest.
+func manifestOf(t *testing.T, rel any) string {
+	t.Helper()
+	r, ok := rel.(*releasev1.Release)
+	if !ok {
+		t.Fatalf("helm returned a release of type %T", rel)
+	}
+	return r.Manifest
+}
+
+// helmInstall installs the release (`helm install carve-e2e charts/carve
+// -n carve-helm-e2e`) and returns its manifest. Until helmUninstall has
+// run, the end of the test uninstalls it and waits for the agent to go.
+func helmInstall(ctx context.Context, t *testing.T, c *cluster.Cluster, cfg *action.Configuration, ch *chartv2.Chart, vals map[string]any) string {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		uninstall := action.NewUninstall(cfg)
+		uninstall.WaitStrategy = kube.HookOnlyStrategy
+		uninstall.IgnoreNotFound = true
+		if _, err := uninstall.Run(helmRelease); err != nil {
+			t.Errorf("cleanup: helm uninstall %s: %v", helmRelease, err)
+		}
+		if err := waitHelmAgentGone(ctx, c, nil); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	install := action.NewInstall(cfg)
+	install.ReleaseName, install.Namespace = helmRelease, helmNS
+	install.WaitStrategy, install.Timeout = kube.HookOnlyStrategy, 2*time.Minute
+	rel, err := install.RunWithContext(ctx, ch, vals)
+	if err != nil {
+		t.Fatalf("helm install %s: %v", helmRelease, err)
+	}
+	return manifestOf(t, rel)
+}
+
+// waitHelmPodReady waits until the release's only agent pod runs on the
+// node and is Ready (through its readiness probe), and the DaemonSet
+// counts it ready and available.
+func waitHelmPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := harness.Poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Pods(helmNS).List(ctx, metav1.ListOptions{LabelSelector: helmPods})
+		if err != nil || len(list.Items) == 0 {
+			return false, harness.Retry(err)
+		}
+		if len(list.Items) > 1 {
+			return false, fmt.Errorf("%d agent pods on a one-node cluster", len(list.Items))
+		}
+		last = &list.Items[0]
+		if last.Spec.NodeName != "" && last.Spec.NodeName != node {
+			return false, fmt.Errorf("pod %s on node %s, want %s", last.Name, last.Spec.NodeName, node)
+		}
+		ds, err := cs.AppsV1().DaemonSets(helmNS).Get(ctx, helmRelease+"-agent", metav1.GetOptions{})
+		if err != nil {
+			return false, harness.Retry(err)
+		}
+		st := ds.Status
+		return podReady(last) && st.DesiredNumberScheduled == 1 && st.NumberReady == 1 && st.NumberAvailable == 1, nil
+	})
+	if err != nil {
+		if last == nil {
+			t.Fatalf("the DaemonSet made no pod: %v", err)
+		}
+		t.Fatalf("pod %s or its DaemonSet not Ready: %v\n%s", last.Name, err, describePod(ctx, cs, helmNS, last.Name))
+	}
+	return last
+}
+
+// helmUpgradeProfiles upgrades the release with profiles.data making
+// all-1g the default profile, and checks that the agent realises and
+// advertises it without being restarted or its DaemonSet rolled: the
+// ConfigMap is the only object that changes.
+func helmUpgradeProfiles(ctx context.Context, t *testing.T, c *cluster.Cluster, cfg *action.Configuration, ch *chartv2.Chart, vals map[string]any, pod *corev1.Pod) {
+	t.Helper()
+	cs := c.Clientset()
+	ds, err := cs.AppsV1().DaemonSets(helmNS).Get(ctx, helmRelease+"-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := strings.Replace(readExample(t), "\ndefaultProfile: full\n", "\ndefaultProfile: all-1g\n", 1)
+	if data == readExample(t) {
+		t.Fatal("configs/examples/profiles.yaml has no line defaultProfile: full to change")
+	}
+	vals["profiles"] = map[string]any{"data": data}
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace = helmNS
+	upgrade.WaitStrategy, upgrade.Timeout = kube.HookOnlyStrategy, 2*time.Minute
+	if _, err := upgrade.RunWithContext(ctx, helmRelease, ch, vals); err != nil {
+		t.Fatalf("helm upgrade %s: %v", helmRelease, err)
+	}
+	cm, err := cs.CoreV1().ConfigMaps(helmNS).Get(ctx, helmRelease+"-profiles", metav1.GetOptions{})
+	if err != nil || cm.Data["profiles.yaml"] != data {
+		t.Fatalf("after the upgrade the ConfigMap does not hold the new profiles (%v)", err)
+	}
+	waitState(ctx, t, c, carvev1.StateSuccess, "all-1g")
+	waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 56})
+
+	after, err := cs.AppsV1().DaemonSets(helmNS).Get(ctx, ds.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Generation != ds.Generation {
+		t.Errorf("the upgrade changed the DaemonSet (generation %d -> %d): a profile change must not roll it", ds.Generation, after.Generation)
+	}
+	p, err := cs.CoreV1().Pods(helmNS).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the agent pod from before the upgrade: %v", err)
+	}
+	if p.UID != pod.UID || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("agent pod %s (uid %s, was %s), container statuses %+v: want the same pod, never restarted",
+			p.Name, p.UID, pod.UID, p.Status.ContainerStatuses)
+	}
+}
+
+// helmUninstall uninstalls the release and checks that every object of
+// its manifest is gone (namespaced and cluster-scoped), as are the agent
+// pod, its device-plugin sockets and Helm's release records.
+func helmUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, cfg *action.Configuration, manifest string) {
+	t.Helper()
+	objs, err := decodeManifest(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetKind()] = true
+	}
+	for _, k := range []string{"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "DaemonSet", "Service"} {
+		if !kinds[k] {
+			t.Errorf("the release has no %s", k)
+		}
+	}
+	uninstall := action.NewUninstall(cfg)
+	uninstall.WaitStrategy, uninstall.Timeout = kube.HookOnlyStrategy, 2*time.Minute
+	if _, err := uninstall.Run(helmRelease); err != nil {
+		t.Fatalf("helm uninstall %s: %v", helmRelease, err)
+	}
+	if err := waitHelmAgentGone(ctx, c, objs); err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := c.Clientset().CoreV1().Secrets(helmNS).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + helmRelease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(secrets.Items) > 0 {
+		t.Errorf("%d release records of %s left after uninstall", len(secrets.Items), helmRelease)
+	}
+}
+
+// waitHelmAgentGone waits until every object of objs is gone, then until no
+// agent pod of the release is left, then checks that the agent removed
+// its device-plugin sockets on its way out.
+func waitHelmAgentGone(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Unstructured) error {
+	cs := c.Clientset()
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	if err := waitObjectsGone(ctx, cs, dyn, objs); err != nil {
+		return err
+	}
+	var left []string
+	err = harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		list, err := cs.CoreV1().Pods(helmNS).List(ctx, metav1.ListOptions{LabelSelector: helmPods})
+		if err != nil {
+			return false, harness.Retry(err)
+		}
+		left = left[:0]
+		for _, p := range list.Items {
+			left = append(left, p.Name)
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("agent pods %v still there: %w", left, err)
+	}
+	socks, err := filepath.Glob(filepath.Join(cluster.DevicePluginDir, "carve-*.sock"))
+	if err != nil {
+		return fmt.Errorf("list device-plugin sockets: %w", err)
+	}
+	if len(socks) > 0 {
+		return fmt.Errorf("device-plugin sockets left after the agent pod was gone: %v", socks)
+	}
+	return nil
+}
+
+// waitObjectsGone waits until the API server has none of objs.
+func waitObjectsGone(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, objs []*unstructured.Unstructured) error {
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
+	var left []string
+	err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		left = left[:0]
+		for _, o := range objs {
+			gvk := o.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				return false, fmt.Errorf("%s %s: %w", gvk, o.GetName(), err)
+			}
+			var r dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == meta.RESTScopeNameNamespace {
+				r = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+			}
+			_, err = r.Get(ctx, o.GetName(), metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return false, harness.Retry(err)
+			default:
+				left = append(left, o.GetKind()+" "+o.GetName())
+			}
+		}
+		return len(left) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("objects of the release left after uninstall: %v: %w", left, err)
+	}
+	return nil
+}
+
+// decodeManifest splits a release manifest into its objects.
+func decodeManifest(manifest string) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
+	for {
+		o := &unstructured.Unstructured{}
+		err := dec.Decode(&o.Object)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("release manifest: %w", err)
+		}
+		if len(o.Object) > 0 {
+			objs = append(objs, o)
+		}
+	}
+	return objs, nil
+}
