@@ -401,9 +401,16 @@ func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []
 // waitAgentGone waits until no pod of the DaemonSet is left, then checks
 // that the agent removed its device-plugin sockets on its way out.
 func waitAgentGone(ctx context.Context, cs kubernetes.Interface) error {
+	return waitAgentPodsGone(ctx, cs, deployNS, agentPods)
+}
+
+// waitAgentPodsGone waits until no agent pod that selector picks in
+// namespace is left, then checks that the agent removed its device-plugin
+// sockets on its way out.
+func waitAgentPodsGone(ctx context.Context, cs kubernetes.Interface, namespace, selector string) error {
 	var left []string
 	err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Pods(deployNS).List(ctx, metav1.ListOptions{LabelSelector: agentPods})
+		list, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return false, harness.Retry(err)
 		}
@@ -440,9 +447,17 @@ func podReady(p *corev1.Pod) bool {
 // and is Ready, which takes the readiness probe (/readyz, by the kubelet).
 func waitAgentPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string) *corev1.Pod {
 	t.Helper()
+	return waitDaemonSetPodReady(ctx, t, cs, deployNS, deploySA, agentPods, node)
+}
+
+// waitDaemonSetPodReady waits until the only pod that selector picks in
+// namespace runs on the node and is Ready (through its readiness probe),
+// and the DaemonSet ds counts it ready and available.
+func waitDaemonSetPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, namespace, ds, selector, node string) *corev1.Pod {
+	t.Helper()
 	var last *corev1.Pod
 	err := harness.Poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Pods(deployNS).List(ctx, metav1.ListOptions{LabelSelector: agentPods})
+		list, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil || len(list.Items) == 0 {
 			return false, harness.Retry(err)
 		}
@@ -453,13 +468,18 @@ func waitAgentPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 		if last.Spec.NodeName != "" && last.Spec.NodeName != node {
 			return false, fmt.Errorf("pod %s on node %s, want %s", last.Name, last.Spec.NodeName, node)
 		}
-		return podReady(last), nil
+		d, err := cs.AppsV1().DaemonSets(namespace).Get(ctx, ds, metav1.GetOptions{})
+		if err != nil {
+			return false, harness.Retry(err)
+		}
+		st := d.Status
+		return podReady(last) && st.DesiredNumberScheduled == 1 && st.NumberReady == 1 && st.NumberAvailable == 1, nil
 	})
 	if err != nil {
 		if last == nil {
-			t.Fatalf("the DaemonSet made no pod: %v", err)
+			t.Fatalf("the DaemonSet %s made no pod: %v", ds, err)
 		}
-		t.Fatalf("pod %s not Ready: %v\n%s", last.Name, err, describePod(ctx, cs, deployNS, last.Name))
+		t.Fatalf("pod %s or its DaemonSet %s not Ready: %v\n%s", last.Name, ds, err, describePod(ctx, cs, namespace, last.Name))
 	}
 	return last
 }

@@ -241,33 +241,7 @@ func helmInstall(ctx context.Context, t *testing.T, c *cluster.Cluster, cfg *act
 // counts it ready and available.
 func waitHelmPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string) *corev1.Pod {
 	t.Helper()
-	var last *corev1.Pod
-	err := harness.Poll(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Pods(helmNS).List(ctx, metav1.ListOptions{LabelSelector: helmPods})
-		if err != nil || len(list.Items) == 0 {
-			return false, harness.Retry(err)
-		}
-		if len(list.Items) > 1 {
-			return false, fmt.Errorf("%d agent pods on a one-node cluster", len(list.Items))
-		}
-		last = &list.Items[0]
-		if last.Spec.NodeName != "" && last.Spec.NodeName != node {
-			return false, fmt.Errorf("pod %s on node %s, want %s", last.Name, last.Spec.NodeName, node)
-		}
-		ds, err := cs.AppsV1().DaemonSets(helmNS).Get(ctx, helmRelease+"-agent", metav1.GetOptions{})
-		if err != nil {
-			return false, harness.Retry(err)
-		}
-		st := ds.Status
-		return podReady(last) && st.DesiredNumberScheduled == 1 && st.NumberReady == 1 && st.NumberAvailable == 1, nil
-	})
-	if err != nil {
-		if last == nil {
-			t.Fatalf("the DaemonSet made no pod: %v", err)
-		}
-		t.Fatalf("pod %s or its DaemonSet not Ready: %v\n%s", last.Name, err, describePod(ctx, cs, helmNS, last.Name))
-	}
-	return last
+	return waitDaemonSetPodReady(ctx, t, cs, helmNS, helmRelease+"-agent", helmPods, node)
 }
 
 // helmUpgradeProfiles upgrades the release with profiles.data making
@@ -364,29 +338,7 @@ func waitHelmAgentGone(ctx context.Context, c *cluster.Cluster, objs []*unstruct
 	if err := waitObjectsGone(ctx, cs, dyn, objs); err != nil {
 		return err
 	}
-	var left []string
-	err = harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-		list, err := cs.CoreV1().Pods(helmNS).List(ctx, metav1.ListOptions{LabelSelector: helmPods})
-		if err != nil {
-			return false, harness.Retry(err)
-		}
-		left = left[:0]
-		for _, p := range list.Items {
-			left = append(left, p.Name)
-		}
-		return len(left) == 0, nil
-	})
-	if err != nil {
-		return fmt.Errorf("agent pods %v still there: %w", left, err)
-	}
-	socks, err := filepath.Glob(filepath.Join(cluster.DevicePluginDir, "carve-*.sock"))
-	if err != nil {
-		return fmt.Errorf("list device-plugin sockets: %w", err)
-	}
-	if len(socks) > 0 {
-		return fmt.Errorf("device-plugin sockets left after the agent pod was gone: %v", socks)
-	}
-	return nil
+	return waitAgentPodsGone(ctx, cs, helmNS, helmPods)
 }
 
 // waitObjectsGone waits until the API server has none of objs.
