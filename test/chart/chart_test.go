@@ -7,11 +7,8 @@
 package chart
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,7 +20,8 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/carve-dev/carve/test/harness"
 )
 
 const (
@@ -106,7 +104,7 @@ func render(ch *chartv2.Chart, vals map[string]any) ([]*unstructured.Unstructure
 	if !ok {
 		return nil, fmt.Errorf("render %s: release of type %T", ch.Name(), rel)
 	}
-	return decodeObjects([]byte(r.Manifest))
+	return harness.DecodeObjects([]byte(r.Manifest))
 }
 
 // mustRender is render that fails the test on an error.
@@ -119,40 +117,10 @@ func mustRender(t *testing.T, ch *chartv2.Chart, vals map[string]any) []*unstruc
 	return objs
 }
 
-// decodeObjects splits a multi-document YAML stream into objects, leaving
-// out empty documents.
-func decodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		o := &unstructured.Unstructured{}
-		err := dec.Decode(&o.Object)
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decode object %d: %w", len(objs)+1, err)
-		}
-		if len(o.Object) > 0 {
-			objs = append(objs, o)
-		}
-	}
-}
-
 // objectKey names an object uniquely among those of a render.
 func objectKey(o *unstructured.Unstructured) string {
 	if ns := o.GetNamespace(); ns != "" {
 		return fmt.Sprintf("%s %s/%s", o.GetKind(), ns, o.GetName())
 	}
 	return fmt.Sprintf("%s %s", o.GetKind(), o.GetName())
-}
-
-// findObject returns the object of this kind and name, or nil.
-func findObject(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o
-		}
-	}
-	return nil
 }

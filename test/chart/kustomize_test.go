@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/carve-dev/carve/test/harness"
 )
 
 // labelNormalisation is a label removed from both sides before the chart
@@ -106,7 +108,7 @@ func renderKustomize(dir string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
 	}
-	objs, err := decodeObjects(y)
+	objs, err := harness.DecodeObjects(y)
 	if err != nil {
 		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
 	}

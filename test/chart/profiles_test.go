@@ -10,6 +10,7 @@ import (
 	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/test/harness"
 )
 
 // exampleProfiles is the profile file the chart's ConfigMap holds by default.
@@ -26,7 +27,7 @@ func TestDefaultProfilesAreTheExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := mustRender(t, loadChart(t), nil)
-	cm := findObject(objs, "ConfigMap", "carve-profiles")
+	cm := harness.FindObject(objs, "ConfigMap", "carve-profiles")
 	if cm == nil {
 		t.Fatal("no ConfigMap carve-profiles rendered")
 	}

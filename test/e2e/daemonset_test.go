@@ -16,15 +16,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/test/cluster"
@@ -206,7 +202,7 @@ func freePort(t *testing.T) int {
 //   - the metrics port (and so the probes') is metricsAddr on the host.
 func localDaemonSet(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured, stateDir, metricsAddr string) {
 	t.Helper()
-	u := findObject(objs, "DaemonSet", deploySA)
+	u := harness.FindObject(objs, "DaemonSet", deploySA)
 	if u == nil {
 		t.Fatalf("configs/deploy renders no DaemonSet %s", deploySA)
 	}
@@ -323,22 +319,11 @@ func localDaemonSet(t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstr
 func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []*unstructured.Unstructured) {
 	t.Helper()
 	cs := c.Clientset()
-	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	objects, err := harness.NewObjects(c.RESTConfig(), cs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
-	resource := func(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", gvk, o.GetName(), err)
-		}
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			return dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
-		}
-		return dyn.Resource(m.Resource), nil
-	}
+	resource := objects.For
 	// The order of creation; deletion goes the other way.
 	deployOrder := []string{"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding",
 		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap", "Service", "DaemonSet"}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -16,19 +15,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/carve-dev/carve/test/cluster"
+	"github.com/carve-dev/carve/test/harness"
 )
 
 const (
@@ -69,29 +65,11 @@ func renderKustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v: %s", dir, err, stderr.String())
 	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		o := &unstructured.Unstructured{}
-		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("kubectl kustomize %s: decode: %v", dir, err)
-		}
-		if len(o.Object) > 0 {
-			objs = append(objs, o)
-		}
+	objs, err := harness.DecodeObjects(out)
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v", dir, err)
 	}
 	return objs
-}
-
-func findObject(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o
-		}
-	}
-	return nil
 }
 
 // TestDeployConfigMapMatchesExample: the sample ConfigMap's source,
@@ -141,7 +119,7 @@ func renderedConfigMapMatchesExample(t *testing.T, objs []*unstructured.Unstruct
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm := findObject(objs, "ConfigMap", profilesCM)
+	cm := harness.FindObject(objs, "ConfigMap", profilesCM)
 	if cm == nil {
 		return // reported by the caller
 	}
@@ -165,11 +143,10 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cs := c.Clientset()
-	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	objects, err := harness.NewObjects(c.RESTConfig(), cs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
 	objs := renderDeploy(t)
 	renderedConfigMapMatchesExample(t, objs)
 	checkDaemonSet(t, objs)
@@ -179,7 +156,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 		{"ValidatingAdmissionPolicy", nodePolicy}, {"ValidatingAdmissionPolicyBinding", nodePolicy},
 		{"Service", metricsService},
 	} {
-		if findObject(objs, want.kind, want.name) == nil {
+		if harness.FindObject(objs, want.kind, want.name) == nil {
 			t.Errorf("configs/deploy renders no %s %s", want.kind, want.name)
 		}
 	}
@@ -189,15 +166,11 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 
 	resource := func(o *unstructured.Unstructured) dynamic.ResourceInterface {
 		t.Helper()
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		r, err := objects.For(o)
 		if err != nil {
-			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+			t.Fatal(err)
 		}
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			return dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-		}
-		return dyn.Resource(m.Resource)
+		return r
 	}
 	create := func(o *unstructured.Unstructured, dryRun bool) error {
 		opts := metav1.CreateOptions{FieldManager: "carve-e2e", FieldValidation: "Strict"}
@@ -209,7 +182,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	}
 
 	// The Namespace first: namespaced objects, even in a dry run, need it.
-	ns := findObject(objs, "Namespace", deployNS)
+	ns := harness.FindObject(objs, "Namespace", deployNS)
 	if ns == nil {
 		t.FailNow()
 	}
@@ -316,7 +289,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 // priority and the GPU taint toleration.
 func checkDaemonSet(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	u := findObject(objs, "DaemonSet", deploySA)
+	u := harness.FindObject(objs, "DaemonSet", deploySA)
 	if u == nil {
 		return // reported by the caller
 	}
@@ -393,7 +366,7 @@ func TestDeployGPUOperatorOverlay(t *testing.T) {
 	}
 	checkDaemonSet(t, objs)
 	var ds appsv1.DaemonSet
-	u := findObject(objs, "DaemonSet", deploySA)
+	u := harness.FindObject(objs, "DaemonSet", deploySA)
 	if u == nil {
 		t.Fatal("no DaemonSet")
 	}

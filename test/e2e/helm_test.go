@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -22,15 +19,10 @@ import (
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/test/cluster"
@@ -295,7 +287,7 @@ func helmUpgradeProfiles(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 // pod, its device-plugin sockets and Helm's release records.
 func helmUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, cfg *action.Configuration, manifest string) {
 	t.Helper()
-	objs, err := decodeManifest(manifest)
+	objs, err := harness.DecodeObjects([]byte(manifest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,31 +323,25 @@ func helmUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, cfg *a
 // its device-plugin sockets on its way out.
 func waitHelmAgentGone(ctx context.Context, c *cluster.Cluster, objs []*unstructured.Unstructured) error {
 	cs := c.Clientset()
-	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	objects, err := harness.NewObjects(c.RESTConfig(), cs)
 	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
+		return err
 	}
-	if err := waitObjectsGone(ctx, cs, dyn, objs); err != nil {
+	if err := waitObjectsGone(ctx, objects, objs); err != nil {
 		return err
 	}
 	return waitAgentPodsGone(ctx, cs, helmNS, helmPods)
 }
 
 // waitObjectsGone waits until the API server has none of objs.
-func waitObjectsGone(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, objs []*unstructured.Unstructured) error {
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
+func waitObjectsGone(ctx context.Context, objects *harness.Objects, objs []*unstructured.Unstructured) error {
 	var left []string
 	err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		left = left[:0]
 		for _, o := range objs {
-			gvk := o.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			r, err := objects.For(o)
 			if err != nil {
-				return false, fmt.Errorf("%s %s: %w", gvk, o.GetName(), err)
-			}
-			var r dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if m.Scope.Name() == meta.RESTScopeNameNamespace {
-				r = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+				return false, err
 			}
 			_, err = r.Get(ctx, o.GetName(), metav1.GetOptions{})
 			switch {
@@ -372,24 +358,4 @@ func waitObjectsGone(ctx context.Context, cs kubernetes.Interface, dyn dynamic.I
 		return fmt.Errorf("objects of the release left after uninstall: %v: %w", left, err)
 	}
 	return nil
-}
-
-// decodeManifest splits a release manifest into its objects.
-func decodeManifest(manifest string) ([]*unstructured.Unstructured, error) {
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(manifest)), 4096)
-	for {
-		o := &unstructured.Unstructured{}
-		err := dec.Decode(&o.Object)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("release manifest: %w", err)
-		}
-		if len(o.Object) > 0 {
-			objs = append(objs, o)
-		}
-	}
-	return objs, nil
 }

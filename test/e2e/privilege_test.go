@@ -62,7 +62,7 @@ func TestDeployNodePolicyMatchesTheAgent(t *testing.T) {
 	var vap admissionregistrationv1.ValidatingAdmissionPolicy
 	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	for kind, into := range map[string]any{"ValidatingAdmissionPolicy": &vap, "ValidatingAdmissionPolicyBinding": &binding} {
-		o := findObject(objs, kind, nodePolicy)
+		o := harness.FindObject(objs, kind, nodePolicy)
 		if o == nil {
 			t.Fatalf("configs/deploy renders no %s %s", kind, nodePolicy)
 		}

@@ -1,11 +1,9 @@
 package live
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,11 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/carve-dev/carve/test/harness"
 )
 
 // Names of what Run creates. The namespace is its own, so that the
@@ -85,24 +84,19 @@ func deployObjects(root string) ([]runtime.Object, error) {
 // decodeObjects decodes a YAML stream of ServiceAccounts and RBAC objects
 // and moves them into this package's namespace and names.
 func decodeObjects(data []byte) ([]runtime.Object, error) {
-	var out []runtime.Object
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return out, nil
-		} else if err != nil {
-			return nil, err
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
+	objs, err := harness.DecodeObjects(data)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runtime.Object, 0, len(objs))
+	for _, u := range objs {
 		obj, err := typed(u)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, obj)
 	}
+	return out, nil
 }
 
 // typed converts one object and renames it.

@@ -1,0 +1,79 @@
+package harness
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// DecodeObjects splits a multi-document YAML (or JSON) stream, as kubectl
+// kustomize, helm template or a release manifest write it, into objects,
+// leaving out empty documents.
+func DecodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		o := &unstructured.Unstructured{}
+		err := dec.Decode(&o.Object)
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decode object %d: %w", len(objs)+1, err)
+		}
+		if len(o.Object) > 0 {
+			objs = append(objs, o)
+		}
+	}
+}
+
+// FindObject returns the object of this kind and name among objs, or nil.
+func FindObject(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+// Objects reaches objects of any kind through the dynamic client, finding
+// each kind's resource and scope by discovery (cached).
+type Objects struct {
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+// NewObjects returns Objects for the API server of cfg; cs is a clientset
+// of the same server, whose discovery it uses.
+func NewObjects(cfg *rest.Config, cs kubernetes.Interface) (*Objects, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	return &Objects{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))}, nil
+}
+
+// For returns the client of o's resource, in o's namespace when the
+// resource is namespaced.
+func (c *Objects) For(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := o.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", gvk, o.GetName(), err)
+	}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		return c.dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
+	}
+	return c.dyn.Resource(m.Resource), nil
+}
