@@ -22,7 +22,7 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 	}
 	p.withholdLost()
 	res = res.Without(p.hide)
-	if err := p.r.Devices.Update(p.ctx, res); err != nil {
+	if err := p.advertise(res); err != nil {
 		p.raise(carvev1.StateFailed)
 		p.err = errors.Join(p.err, fmt.Errorf("advertise devices: %w", err))
 		p.wakeAt(p.in.Now.Add(p.r.retryInterval()))
@@ -53,6 +53,14 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 		out.Evict = p.inUse.Holding(blockers(p.blocked))
 	}
 	return out, nil
+}
+
+// advertise hands res to the Advertiser; a GPUAdvertiser gets the GPUs too.
+func (p *pass) advertise(res timeslice.Resources) error {
+	if ga, ok := p.r.Devices.(GPUAdvertiser); ok {
+		return ga.Advertise(p.ctx, p.node.GPUs, res)
+	}
+	return p.r.Devices.Update(p.ctx, res)
 }
 
 // settle makes done the profile realised, says so when only the sharing

@@ -20,9 +20,13 @@ const (
 	// to another device plugin, such as NVIDIA's; or to nobody, in scale
 	// tests that run many agents on one machine.
 	AdvertiseNone = "none"
-	// AdvertiseDRA is reserved for Dynamic Resource Allocation, which is
-	// not built yet: CheckAdvertise rejects it.
+	// AdvertiseDRA publishes the devices through Dynamic Resource
+	// Allocation: carve's DRA driver (gpu.carve.dev) publishes the node's
+	// ResourceSlice and prepares claims; no device-plugin server runs.
 	AdvertiseDRA = "dra"
+	// advertiseBoth is refused: a device cannot be offered through both
+	// paths at once.
+	advertiseBoth = "both"
 )
 
 // PodResourcesNone as Config.PodResourcesSocket (carve-agent's
@@ -32,16 +36,16 @@ const (
 const PodResourcesNone = "none"
 
 // CheckAdvertise checks a value for Config.Advertise: "",
-// AdvertiseDevicePlugin or AdvertiseNone. The error starts with the value
-// (cmd/carve-agent puts the flag's name before it).
+// AdvertiseDevicePlugin, AdvertiseDRA or AdvertiseNone. The error starts
+// with the value (cmd/carve-agent puts the flag's name before it).
 func CheckAdvertise(mode string) error {
 	switch mode {
-	case "", AdvertiseDevicePlugin, AdvertiseNone:
+	case "", AdvertiseDevicePlugin, AdvertiseDRA, AdvertiseNone:
 		return nil
-	case AdvertiseDRA:
-		return fmt.Errorf("%s: Dynamic Resource Allocation is not built yet; use %s or %s", mode, AdvertiseDevicePlugin, AdvertiseNone)
+	case advertiseBoth:
+		return errBothPaths(mode)
 	}
-	return fmt.Errorf("%q: want %s or %s", mode, AdvertiseDevicePlugin, AdvertiseNone)
+	return fmt.Errorf("%q: want %s, %s or %s", mode, AdvertiseDevicePlugin, AdvertiseDRA, AdvertiseNone)
 }
 
 // errCDIWithoutAdvertising is New's answer to CDI with AdvertiseNone.

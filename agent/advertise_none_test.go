@@ -31,10 +31,11 @@ func TestCheckAdvertise(t *testing.T) {
 		{"", ""},
 		{AdvertiseDevicePlugin, ""},
 		{AdvertiseNone, ""},
-		{AdvertiseDRA, "dra: Dynamic Resource Allocation is not built yet; use device-plugin or none"},
-		{"devicePlugin", `"devicePlugin": want device-plugin or none`},
-		{"NONE", `"NONE": want device-plugin or none`},
-		{" none", `" none": want device-plugin or none`},
+		{AdvertiseDRA, ""},
+		{"both", "both: one node cannot advertise its GPUs through the device plugin and DRA at once: the kubelet would hand a device to a pod through one path while a claim holds it through the other; choose device-plugin, dra, none"},
+		{"devicePlugin", `"devicePlugin": want device-plugin, dra or none`},
+		{"NONE", `"NONE": want device-plugin, dra or none`},
+		{" none", `" none": want device-plugin, dra or none`},
 	}
 	for _, tt := range tests {
 		got := ""
@@ -147,8 +148,10 @@ func TestNewAdvertise(t *testing.T) {
 		{"none with CDI", func(c *Config) { c.Advertise, c.CDI = AdvertiseNone, true },
 			built{Err: "agent: CDI names are part of carve's Allocate answers, and with Advertise none carve answers no Allocate: configure CDI in the device plugin that advertises"}},
 		{"dra", func(c *Config) { c.Advertise = AdvertiseDRA },
-			built{Err: "agent: Advertise dra: Dynamic Resource Allocation is not built yet; use device-plugin or none"}},
-		{"unknown", func(c *Config) { c.Advertise = "nvidia" }, built{Err: `agent: Advertise "nvidia": want device-plugin or none`}},
+			built{Devices: "*dra.Driver", InUse: "agent.claimsInUse"}},
+		{"dra with CDI", func(c *Config) { c.Advertise, c.CDI = AdvertiseDRA, true },
+			built{Err: "agent: CDI is how the DRA driver always answers (a CDI spec per claim); the CDI setting is for the device plugin's Allocate answers: drop it with Advertise dra"}},
+		{"unknown", func(c *Config) { c.Advertise = "nvidia" }, built{Err: `agent: Advertise "nvidia": want device-plugin, dra or none`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/internal/atomicfile"
 )
 
 // intentFile is the checkpoint's file name inside the state directory.
@@ -55,27 +56,7 @@ func (c *Checkpoints) Save(cp carvev1.Checkpoint) error {
 
 // write puts data in the checkpoint file, atomically.
 func (c *Checkpoints) write(data []byte) error {
-	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(c.Dir, intentFile+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op once renamed
-	if _, err := tmp.Write(data); err != nil {
-		return errors.Join(fmt.Errorf("write %s: %w", tmp.Name(), err), tmp.Close())
-	}
-	if err := tmp.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("sync %s: %w", tmp.Name(), err), tmp.Close())
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), c.path()); err != nil {
-		return err
-	}
-	return syncDir(c.Dir)
+	return atomicfile.Write(c.path(), data, 0o600)
 }
 
 // Clear removes the checkpoint: the apply finished (or was given up).
@@ -83,22 +64,7 @@ func (c *Checkpoints) Clear() error {
 	if err := os.Remove(c.path()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("clear checkpoint: %w", err)
 	}
-	return syncDir(c.Dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("sync state dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync state dir %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.SyncDir(c.Dir)
 }
 
 // Probe checks that the state directory can take a checkpoint of size

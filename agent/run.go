@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
 )
@@ -37,9 +38,17 @@ type Config struct {
 	// AdvertiseDevicePlugin (carve's own device-plugin servers; "" means
 	// it too) or AdvertiseNone (no device-plugin server at all: the
 	// partitions are realised and recorded, and another device plugin,
-	// such as NVIDIA's, advertises; or nobody, in scale tests). Any other
-	// value is an error (CheckAdvertise); AdvertiseDRA is reserved.
+	// such as NVIDIA's, advertises; or nobody, in scale tests), or
+	// AdvertiseDRA (carve's DRA driver). Any other value is an error
+	// (CheckAdvertise).
 	Advertise string
+	// KubeletRootDir is the kubelet's root directory, where the DRA driver
+	// registers and serves; default dra.DefaultKubeletRootDir. Only with
+	// Advertise dra.
+	KubeletRootDir string
+	// CDIDir is where the DRA driver writes claims' CDI specs; default
+	// dra.DefaultCDIDir. Only with Advertise dra.
+	CDIDir string
 	// DevicePluginDir is the kubelet's device-plugin directory; default
 	// plugin's default. Unused with Advertise none.
 	DevicePluginDir string
@@ -99,8 +108,9 @@ type Config struct {
 type Agent struct {
 	cfg  Config
 	ctrl *Controller
-	// plugin is nil with Advertise none.
+	// plugin is nil unless Advertise is device-plugin, driver unless dra.
 	plugin  *plugin.Manager
+	driver  *dra.Driver
 	rollout *LeaseRollout
 }
 
@@ -131,6 +141,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.CDI && cfg.Advertise == AdvertiseNone {
 		return nil, fmt.Errorf("agent: %w", errCDIWithoutAdvertising)
 	}
+	if cfg.CDI && cfg.Advertise == AdvertiseDRA {
+		return nil, fmt.Errorf("agent: %w", errCDIWithDRA)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -155,6 +168,18 @@ func New(cfg Config) (*Agent, error) {
 	var inUse InUseSource = NothingInUse{}
 	if cfg.PodResourcesSocket != PodResourcesNone {
 		inUse = plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0)
+	}
+	var driver *dra.Driver
+	if cfg.Advertise == AdvertiseDRA {
+		var err error
+		driver, err = dra.New(dra.Config{
+			Client: cfg.Client, NodeName: cfg.NodeName, KubeletRootDir: cfg.KubeletRootDir,
+			CDIDir: cfg.CDIDir, StateDir: cfg.StateDir, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		devices, inUse = driver, claimsInUse{pods: inUse, driver: driver}
 	}
 	var metrics *Metrics
 	if cfg.Registerer != nil {
@@ -191,7 +216,19 @@ func New(cfg Config) (*Agent, error) {
 		SlotDuration: cfg.RolloutSlotDuration, Logger: cfg.Logger,
 	}
 	ctrl.Reconciler.Rollout, ctrl.Reconciler.SlotRetry = ro, cfg.RolloutRetry
-	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr, rollout: ro}, nil
+	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr, driver: driver, rollout: ro}, nil
+}
+
+// servers are the parts that serve the kubelet, by name: the device plugin
+// or the DRA driver, or none.
+func (a *Agent) servers() map[string]func(context.Context) error {
+	switch {
+	case a.plugin != nil:
+		return map[string]func(context.Context) error{"device plugin": a.plugin.Run}
+	case a.driver != nil:
+		return map[string]func(context.Context) error{"DRA driver": a.driver.Run}
+	}
+	return nil
 }
 
 // Ready reports whether the agent has synced its caches and finished a
@@ -210,17 +247,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.cfg.Client.CoreV1().Events("")})
 	a.ctrl.Events = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "carve-agent", Host: a.cfg.NodeName})
 
-	errc := make(chan error, 2)
-	parts := 1
-	if a.plugin != nil {
-		parts++
+	servers := a.servers()
+	errc := make(chan error, 1+len(servers))
+	parts := 1 + len(servers)
+	for name, run := range servers {
 		go func() {
-			err := a.plugin.Run(ctx)
+			err := run(ctx)
 			if ctx.Err() == nil {
 				if err == nil {
 					err = errors.New("stopped unexpectedly")
 				}
-				errc <- fmt.Errorf("device plugin: %w", err)
+				errc <- fmt.Errorf("%s: %w", name, err)
 				return
 			}
 			errc <- nil

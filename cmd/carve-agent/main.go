@@ -23,6 +23,7 @@ import (
 
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/gpus"
 	"github.com/carve-dev/carve/plugin"
@@ -38,6 +39,8 @@ type options struct {
 	simState           string
 	simLatency         string
 	advertise          string
+	kubeletRootDir     string
+	cdiDir             string
 	devicePluginDir    string
 	podResourcesSocket string
 	stateDir           string
@@ -76,8 +79,10 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		{"gpus", "CARVE_GPUS", "nvml", "nvml, or sim:<machine> for simulated GPUs", &o.gpus},
 		{"sim-state", "CARVE_SIM_STATE", "", "file where the simulator keeps its MIG state across restarts", &o.simState},
 		{"sim-latency", "CARVE_SIM_LATENCY", "none", "how long simulated GPUs take for a MIG change: none, realistic (as on hardware), a duration for every operation (200ms), or op=duration,... (create-gi=1s,reset-gpu=5s)", &o.simLatency},
-		{"advertise", "CARVE_ADVERTISE", agent.AdvertiseDevicePlugin, "how devices reach the kubelet: device-plugin (carve's own device plugin), or none (no device-plugin socket: carve partitions and records, another device plugin such as NVIDIA's advertises)", &o.advertise},
+		{"advertise", "CARVE_ADVERTISE", agent.AdvertiseDevicePlugin, "how devices reach the kubelet: device-plugin (carve's own device plugin), dra (carve's Dynamic Resource Allocation driver gpu.carve.dev: a ResourceSlice per node, claims prepared with CDI), or none (carve partitions and records, another device plugin such as NVIDIA's advertises)", &o.advertise},
 		{"device-plugin-dir", "CARVE_DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins", "kubelet's device-plugin socket directory (unused with --advertise none)", &o.devicePluginDir},
+		{"kubelet-root-dir", "CARVE_KUBELET_ROOT_DIR", dra.DefaultKubeletRootDir, "kubelet's root directory: with --advertise dra the driver registers in its plugins_registry/ and serves in plugins/gpu.carve.dev/", &o.kubeletRootDir},
+		{"cdi-dir", "CARVE_CDI_DIR", dra.DefaultCDIDir, "with --advertise dra, the directory of CDI specs the container runtime reads; the driver writes one spec per prepared claim there", &o.cdiDir},
 		{"pod-resources-socket", "CARVE_POD_RESOURCES_SOCKET", plugin.DefaultPodResourcesSocket, "kubelet PodResources API socket; \"none\" for a node without a kubelet, where nothing is ever in use (for tests)", &o.podResourcesSocket},
 		{"state-dir", "CARVE_STATE_DIR", "/var/lib/carve", "directory for the checkpoint of the apply in progress", &o.stateDir},
 		{"metrics-addr", "CARVE_METRICS_ADDR", ":9465", "address of /metrics, /healthz and /readyz", &o.metricsAddr},
@@ -151,13 +156,16 @@ func (o options) checkAdvertise() error {
 	if o.advertise == "" {
 		// The Config's "" means device-plugin; on the command line an
 		// empty value is more likely an unset template variable.
-		return fmt.Errorf("--advertise \"\": want %s or %s", agent.AdvertiseDevicePlugin, agent.AdvertiseNone)
+		return fmt.Errorf("--advertise \"\": want %s, %s or %s", agent.AdvertiseDevicePlugin, agent.AdvertiseDRA, agent.AdvertiseNone)
 	}
 	if err := agent.CheckAdvertise(o.advertise); err != nil {
 		return fmt.Errorf("--advertise %w", err)
 	}
 	if o.cdi && o.advertise == agent.AdvertiseNone {
 		return errors.New("--cdi with --advertise none: CDI device names are part of carve's Allocate answers, and with none carve answers none; drop --cdi and configure CDI in the device plugin that advertises")
+	}
+	if o.cdi && o.advertise == agent.AdvertiseDRA {
+		return errors.New("--cdi with --advertise dra: the DRA driver always answers with CDI devices (a spec per claim in --cdi-dir); --cdi is for the device plugin's Allocate answers: drop it")
 	}
 	return nil
 }
@@ -232,6 +240,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 		NodeName: o.nodeName, Client: client,
 		ConfigMapNamespace: o.configMapNamespace, ConfigMapName: o.configMapName,
 		GPUs: lib, Advertise: o.advertise, DevicePluginDir: o.devicePluginDir, PodResourcesSocket: o.podResourcesSocket,
+		KubeletRootDir: o.kubeletRootDir, CDIDir: o.cdiDir,
 		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
 		ProfileLabel: o.profileLabel, Labels: agent.LabelOptions{MIGManagerState: o.migManagerState, CarveOnly: !o.gfdLabels},
 		PauseOperands: o.pauseOperands,

@@ -24,7 +24,7 @@ import (
 // defaultOptions are the options of --node-name NODE and nothing else.
 func defaultOptions(node string) options {
 	return options{nodeName: node, configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
-		advertise: "device-plugin", devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		advertise: "device-plugin", kubeletRootDir: "/var/lib/kubelet", cdiDir: "/var/run/cdi", devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		stateDir: "/var/lib/carve", metricsAddr: ":9465", simLatency: "none", logLevel: slog.LevelInfo,
 		profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"dcgm-exporter", "dcgm"}}
 }
@@ -62,7 +62,7 @@ func TestParseOptions(t *testing.T) {
 			check: func(t *testing.T, o options) {
 				t.Helper()
 				want := options{nodeName: "n2", kubeconfig: "/k", configMapNamespace: "ns", configMapName: "cm", gpus: "sim:dgx-h100",
-					simState: "/s.json", simLatency: "realistic", advertise: "device-plugin", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1",
+					simState: "/s.json", simLatency: "realistic", advertise: "device-plugin", kubeletRootDir: "/var/lib/kubelet", cdiDir: "/var/run/cdi", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1",
 					logLevel: slog.LevelDebug, profileLabel: "nvidia.com/mig.config", migManagerState: true, cdi: true}
 				if diff := cmp.Diff(want, o, cmp.AllowUnexported(options{})); diff != "" {
 					t.Fatalf("options (-want +got):\n%s", diff)
@@ -158,16 +158,21 @@ func TestParseOptions(t *testing.T) {
 			check: wantOptions("n", func(*options) {})},
 		{name: "advertise none keeps the device plugin dir", args: []string{"--node-name", "n", "--advertise", "none", "--device-plugin-dir", "/dp"},
 			check: wantOptions("n", func(o *options) { o.advertise, o.devicePluginDir = "none", "/dp" })},
-		{name: "advertise dra", args: []string{"--node-name", "n", "--advertise", "dra"}, wantErr: true,
-			errText: "--advertise dra: Dynamic Resource Allocation is not built yet; use device-plugin or none"},
-		{name: "advertise dra from the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_ADVERTISE": "dra"}, wantErr: true,
-			errText: "--advertise dra: Dynamic Resource Allocation is not built yet; use device-plugin or none"},
+		{name: "advertise dra", args: []string{"--node-name", "n", "--advertise", "dra", "--kubelet-root-dir", "/k", "--cdi-dir", "/c"},
+			check: wantOptions("n", func(o *options) { o.advertise, o.kubeletRootDir, o.cdiDir = "dra", "/k", "/c" })},
+		{name: "advertise dra from the environment", args: []string{"--node-name", "n"},
+			env:   map[string]string{"CARVE_ADVERTISE": "dra", "CARVE_KUBELET_ROOT_DIR": "/k", "CARVE_CDI_DIR": "/c"},
+			check: wantOptions("n", func(o *options) { o.advertise, o.kubeletRootDir, o.cdiDir = "dra", "/k", "/c" })},
+		{name: "advertise both", args: []string{"--node-name", "n", "--advertise", "both"}, wantErr: true,
+			errText: "--advertise both: one node cannot advertise its GPUs through the device plugin and DRA at once: the kubelet would hand a device to a pod through one path while a claim holds it through the other; choose device-plugin, dra, none"},
+		{name: "cdi with advertise dra", args: []string{"--node-name", "n", "--cdi", "--advertise", "dra"}, wantErr: true,
+			errText: "--cdi with --advertise dra: the DRA driver always answers with CDI devices (a spec per claim in --cdi-dir); --cdi is for the device plugin's Allocate answers: drop it"},
 		{name: "bad advertise", args: []string{"--node-name", "n", "--advertise", "nvidia"}, wantErr: true,
-			errText: `--advertise "nvidia": want device-plugin or none`},
+			errText: `--advertise "nvidia": want device-plugin, dra or none`},
 		{name: "advertise in the wrong case", args: []string{"--node-name", "n", "--advertise", "None"}, wantErr: true,
-			errText: `--advertise "None": want device-plugin or none`},
+			errText: `--advertise "None": want device-plugin, dra or none`},
 		{name: "empty advertise", args: []string{"--node-name", "n", "--advertise="}, wantErr: true,
-			errText: `--advertise "": want device-plugin or none`},
+			errText: `--advertise "": want device-plugin, dra or none`},
 		{name: "cdi with advertise none", args: []string{"--node-name", "n", "--cdi", "--advertise", "none"}, wantErr: true,
 			errText: "--cdi with --advertise none: CDI device names are part of carve's Allocate answers, and with none carve answers none; drop --cdi and configure CDI in the device plugin that advertises"},
 		{name: "cdi from the environment with advertise none", args: []string{"--node-name", "n"},

@@ -1,0 +1,83 @@
+package v1
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// PreparedClaimsVersion is the format version of PreparedClaims.
+const PreparedClaimsVersion = 1
+
+// PreparedClaims is the record the DRA driver keeps in the agent's state
+// directory of the ResourceClaims it prepared on the node, by claim UID:
+// the kubelet may ask to unprepare a claim after an agent restart, after
+// the claim is gone from the API server, and a restarted agent must still
+// count the claim's devices as in use.
+type PreparedClaims struct {
+	// Version is PreparedClaimsVersion.
+	Version int `json:"version"`
+	// Claims by claim UID.
+	Claims map[string]PreparedClaim `json:"claims"`
+}
+
+// PreparedClaim is one prepared ResourceClaim.
+type PreparedClaim struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Devices are the claim's devices on this node, in allocation order.
+	Devices []PreparedDevice `json:"devices"`
+	// CDISpec is the CDI spec file written for the claim.
+	CDISpec string `json:"cdiSpec"`
+}
+
+// PreparedDevice is one device of a prepared claim.
+type PreparedDevice struct {
+	// Request is the claim's request (or subrequest, "request/sub") the
+	// device was allocated for.
+	Request string `json:"request"`
+	// Device is the device's name in the node's pool.
+	Device string `json:"device"`
+	// UUID is the physical GPU or MIG device.
+	UUID string `json:"uuid"`
+	// ShareID tells apart the allocations of a shared device.
+	ShareID string `json:"shareID,omitempty"`
+	// CDIDevices are the CDI device names given to the runtime.
+	CDIDevices []string `json:"cdiDevices"`
+}
+
+// Encode returns the record's JSON with Version set.
+func (p PreparedClaims) Encode() ([]byte, error) {
+	p.Version = PreparedClaimsVersion
+	if p.Claims == nil {
+		p.Claims = map[string]PreparedClaim{}
+	}
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode prepared claims: %w", err)
+	}
+	return b, nil
+}
+
+// DecodePreparedClaims parses a record written by Encode; another format
+// version, an unknown field, or anything after the object is an error.
+func DecodePreparedClaims(data []byte) (PreparedClaims, error) {
+	var p PreparedClaims
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return PreparedClaims{}, fmt.Errorf("decode prepared claims: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return PreparedClaims{}, errors.New("decode prepared claims: data after the JSON object")
+	}
+	if p.Version != PreparedClaimsVersion {
+		return PreparedClaims{}, fmt.Errorf("decode prepared claims: format version %d, want %d", p.Version, PreparedClaimsVersion)
+	}
+	if p.Claims == nil {
+		p.Claims = map[string]PreparedClaim{}
+	}
+	return p, nil
+}

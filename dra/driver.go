@@ -1,0 +1,200 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// DefaultKubeletRootDir is the kubelet's root directory (carve-agent
+// --kubelet-root-dir): the driver registers in its plugins_registry and
+// serves in plugins/gpu.carve.dev.
+const DefaultKubeletRootDir = "/var/lib/kubelet"
+
+// Config configures a Driver.
+type Config struct {
+	// Client talks to the API server (required).
+	Client kubernetes.Interface
+	// NodeName is the node the driver serves (required).
+	NodeName string
+	// KubeletRootDir defaults to DefaultKubeletRootDir.
+	KubeletRootDir string
+	// CDIDir is where claims' CDI specs go; default DefaultCDIDir.
+	CDIDir string
+	// StateDir keeps the record of prepared claims; "" keeps none (a
+	// restarted driver then forgets them: for tests only).
+	StateDir string
+	// Logger logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Driver is carve's DRA driver on one node: it publishes the node's
+// ResourceSlice (Advertise, Update, Withdraw, as the reconciler asks),
+// prepares and unprepares claims for the kubelet (writing their CDI specs),
+// and says which devices claims hold (Holders).
+type Driver struct {
+	cfg     Config
+	pub     *Publisher
+	cdi     CDI
+	claims  *claimStore
+	log     *slog.Logger
+	mu      sync.Mutex
+	gpus    []partition.GPU
+	res     timeslice.Resources
+	offer   Offer
+	dropped map[string]bool // devices withdrawn since the last Advertise
+	helper  *kubeletplugin.Helper
+}
+
+// New returns a Driver. It loads the prepared claims and removes CDI specs
+// no prepared claim owns.
+func New(cfg Config) (*Driver, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("dra: Client is required")
+	case cfg.NodeName == "":
+		return nil, errors.New("dra: NodeName is required")
+	}
+	if cfg.KubeletRootDir == "" {
+		cfg.KubeletRootDir = DefaultKubeletRootDir
+	}
+	if cfg.CDIDir == "" {
+		cfg.CDIDir = DefaultCDIDir
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	store, err := loadClaims(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("dra: %w", err)
+	}
+	d := &Driver{
+		cfg: cfg, cdi: CDI{Dir: cfg.CDIDir}, claims: store, log: cfg.Logger,
+		pub: &Publisher{Client: cfg.Client, Node: cfg.NodeName},
+	}
+	gone, err := d.cdi.Sweep(store.has)
+	if err != nil {
+		return nil, fmt.Errorf("dra: %w", err)
+	}
+	if len(gone) > 0 {
+		d.log.Info("removed CDI specs of claims not prepared", "claims", gone)
+	}
+	return d, nil
+}
+
+// Run registers the driver with the kubelet and serves it until ctx ends.
+func (d *Driver) Run(ctx context.Context) error {
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(DriverName),
+		kubeletplugin.NodeName(d.cfg.NodeName),
+		kubeletplugin.KubeClient(d.cfg.Client),
+		kubeletplugin.RegistrarDirectoryPath(filepath.Join(d.cfg.KubeletRootDir, "plugins_registry")),
+		kubeletplugin.PluginDataDirectoryPath(filepath.Join(d.cfg.KubeletRootDir, "plugins", DriverName)),
+		kubeletplugin.HealthService(false),
+	)
+	if err != nil {
+		return fmt.Errorf("dra: start kubelet plugin: %w", err)
+	}
+	d.mu.Lock()
+	d.helper = helper
+	d.mu.Unlock()
+	d.log.Info("DRA kubelet plugin serving", "driver", DriverName, "kubeletRootDir", d.cfg.KubeletRootDir, "cdiDir", d.cfg.CDIDir)
+	<-ctx.Done()
+	helper.Stop()
+	return nil
+}
+
+// Advertise publishes the GPUs' devices as res advertises them (see
+// Describe) and ends every withdrawal. When the cluster cannot share a
+// device it publishes the unshared ones and returns ErrSharingDropped.
+func (d *Driver) Advertise(ctx context.Context, gpus []partition.GPU, res timeslice.Resources) error {
+	off, err := Describe(gpus, res)
+	if err != nil {
+		return fmt.Errorf("dra: describe devices: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gpus, d.res, d.offer, d.dropped = slices.Clone(gpus), res, off, nil
+	return d.publishLocked(ctx)
+}
+
+// Update publishes res over the GPUs last advertised.
+func (d *Driver) Update(ctx context.Context, res timeslice.Resources) error {
+	d.mu.Lock()
+	gpus := d.gpus
+	d.mu.Unlock()
+	return d.Advertise(ctx, gpus, res)
+}
+
+// Withdraw stops publishing devices named by ids (device names, device
+// UUIDs or GPU UUIDs, whose devices all go) and returns once the API
+// server holds the reduced slice.
+func (d *Driver) Withdraw(ctx context.Context, ids []string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dropped == nil {
+		d.dropped = map[string]bool{}
+	}
+	for _, dev := range d.offer.Devices {
+		if matches(dev, ids) {
+			d.dropped[dev.Name] = true
+		}
+	}
+	return d.publishLocked(ctx)
+}
+
+// matches reports whether ids name the device, its UUID or its GPU's.
+func matches(dev resourceapi.Device, ids []string) bool {
+	for _, attr := range []resourceapi.QualifiedName{AttrUUID, AttrParentUUID} {
+		if v := dev.Attributes[attr].StringValue; v != nil && slices.Contains(ids, *v) {
+			return true
+		}
+	}
+	return slices.Contains(ids, dev.Name)
+}
+
+func (d *Driver) publishLocked(ctx context.Context) error {
+	devs := slices.DeleteFunc(slices.Clone(d.offer.Devices), func(dev resourceapi.Device) bool { return d.dropped[dev.Name] })
+	if err := d.pub.Publish(ctx, devs); err != nil {
+		return fmt.Errorf("dra: publish ResourceSlice: %w", err)
+	}
+	return nil
+}
+
+// Published returns the names of the devices the last publication
+// offered.
+func (d *Driver) Published() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for _, dev := range d.offer.Devices {
+		if !d.dropped[dev.Name] {
+			out = append(out, dev.Name)
+		}
+	}
+	return out
+}
+
+// HandleError logs errors of the kubelet plugin's background work.
+func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	d.log.Error("DRA kubelet plugin: "+msg, "err", err)
+}
+
+// WatchHealthStatus is not supported: unhealthy devices are withdrawn
+// from the slice instead.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)

@@ -1,0 +1,87 @@
+package dra
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/timeslice"
+)
+
+// CapReplicas is the capacity of a time-sliced device that bounds how many
+// allocations share it: its value is the replica count, and an allocation
+// takes one replica unless its request asks for more.
+const CapReplicas = "replicas"
+
+// Offer is what one node publishes: its devices, and what the driver needs
+// to know of them to prepare claims.
+type Offer struct {
+	// Devices in the order of the inventory.
+	Devices []resourceapi.Device
+	// UUIDs maps the name of each device of the inventory, offered or
+	// withheld, to the physical device's UUID.
+	UUIDs map[string]string
+	// Shared counts the devices that several allocations may share.
+	Shared int
+}
+
+// Describe returns the Offer of the GPUs as res advertises them: a device
+// of the inventory that res lacks (withheld by the reconciler) is left
+// out, and a device res replicates is one device that several allocations
+// may share (Share).
+func Describe(gpus []partition.GPU, res timeslice.Resources) (Offer, error) {
+	all, err := Devices(gpus)
+	if err != nil {
+		return Offer{}, err
+	}
+	replicas := map[string]int{}
+	for _, devs := range res {
+		for _, d := range devs {
+			replicas[d.UUID] = d.Replicas
+		}
+	}
+	off := Offer{UUIDs: make(map[string]string, len(all))}
+	for _, d := range all {
+		uuid := *d.Attributes[AttrUUID].StringValue
+		off.UUIDs[d.Name] = uuid
+		n, ok := replicas[uuid]
+		if !ok {
+			continue
+		}
+		if n > 1 {
+			Share(&d, n)
+			off.Shared++
+		}
+		off.Devices = append(off.Devices, d)
+	}
+	if len(off.Devices) > resourceapi.ResourceSliceMaxDevices {
+		return Offer{}, fmt.Errorf("%d devices, more than one ResourceSlice holds (%d)", len(off.Devices), resourceapi.ResourceSliceMaxDevices)
+	}
+	return off, nil
+}
+
+// Share makes d a device that up to replicas allocations share, as
+// time-slicing does: it allows multiple allocations, and its capacity
+// CapReplicas holds the replica count, of which an allocation takes one by
+// default. Memory and multiprocessors are not divided by time-slicing: an
+// allocation takes none of them unless its request asks.
+func Share(d *resourceapi.Device, replicas int) {
+	d.AllowMultipleAllocations = new(true)
+	for name, c := range d.Capacity {
+		c.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+			Default:    resource.NewQuantity(0, c.Value.Format),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(0, c.Value.Format)},
+		}
+		d.Capacity[name] = c
+	}
+	n := resource.NewQuantity(int64(replicas), resource.DecimalSI)
+	d.Capacity[CapReplicas] = resourceapi.DeviceCapacity{
+		Value: *n,
+		RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    resource.NewQuantity(1, resource.DecimalSI),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(1, resource.DecimalSI), Max: n, Step: resource.NewQuantity(1, resource.DecimalSI)},
+		},
+	}
+}

@@ -1,0 +1,129 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+)
+
+// PrepareResourceClaims prepares each claim's devices on this node: it
+// writes the claim's CDI spec and records the claim before answering, so a
+// restarted agent still knows it. A claim already prepared gets the same
+// answer again.
+func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var added []string
+	for _, c := range claims {
+		uid := string(c.UID)
+		if pc, ok := d.claims.rec.Claims[uid]; ok {
+			out[c.UID] = resultOf(pc, d.cfg.NodeName)
+			continue
+		}
+		pc, err := d.prepare(c)
+		if err != nil {
+			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+			continue
+		}
+		d.claims.rec.Claims[uid] = pc
+		added = append(added, uid)
+		out[c.UID] = resultOf(pc, d.cfg.NodeName)
+	}
+	if err := d.claims.save(); err != nil {
+		for _, uid := range added {
+			delete(d.claims.rec.Claims, uid)
+			_ = d.cdi.Remove(uid)
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// prepare finds the claim's devices on this node and writes its CDI spec.
+func (d *Driver) prepare(c *resourceapi.ResourceClaim) (carvev1.PreparedClaim, error) {
+	if c.Status.Allocation == nil {
+		return carvev1.PreparedClaim{}, fmt.Errorf("not allocated")
+	}
+	uid := string(c.UID)
+	pc := carvev1.PreparedClaim{Namespace: c.Namespace, Name: c.Name}
+	var uuids []string
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver != DriverName || r.Pool != d.cfg.NodeName {
+			continue
+		}
+		dev, err := d.preparedDevice(uid, r)
+		if err != nil {
+			return carvev1.PreparedClaim{}, err
+		}
+		pc.Devices = append(pc.Devices, dev)
+		uuids = append(uuids, dev.UUID)
+	}
+	if len(pc.Devices) == 0 {
+		return carvev1.PreparedClaim{}, fmt.Errorf("no device of driver %s in pool %s is allocated", DriverName, d.cfg.NodeName)
+	}
+	path, err := d.cdi.Write(uid, uuids)
+	if err != nil {
+		return carvev1.PreparedClaim{}, err
+	}
+	pc.CDISpec = path
+	return pc, nil
+}
+
+// preparedDevice checks one allocated device: it must exist on the node,
+// and no other prepared claim may hold it unless it is shared.
+func (d *Driver) preparedDevice(uid string, r resourceapi.DeviceRequestAllocationResult) (carvev1.PreparedDevice, error) {
+	uuid, ok := d.offer.UUIDs[r.Device]
+	if !ok {
+		return carvev1.PreparedDevice{}, fmt.Errorf("device %s is not on node %s (gone in a repartition, or not yet published since the agent started)", r.Device, d.cfg.NodeName)
+	}
+	if other := d.claims.holderOf(r.Device, uid); other != "" && !d.shared(r.Device) {
+		return carvev1.PreparedDevice{}, fmt.Errorf("device %s is already prepared for claim %s", r.Device, other)
+	}
+	dev := carvev1.PreparedDevice{Request: r.Request, Device: r.Device, UUID: uuid, CDIDevices: []string{d.cdi.DeviceID(uid)}}
+	if r.ShareID != nil {
+		dev.ShareID = string(*r.ShareID)
+	}
+	return dev, nil
+}
+
+// shared reports whether the device is offered to several allocations.
+func (d *Driver) shared(name string) bool {
+	i := slices.IndexFunc(d.offer.Devices, func(dev resourceapi.Device) bool { return dev.Name == name })
+	return i >= 0 && d.offer.Devices[i].AllowMultipleAllocations != nil && *d.offer.Devices[i].AllowMultipleAllocations
+}
+
+// resultOf is the kubelet's answer for a prepared claim.
+func resultOf(pc carvev1.PreparedClaim, pool string) kubeletplugin.PrepareResult {
+	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
+	for _, dev := range pc.Devices {
+		kd := kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: pool, DeviceName: dev.Device, CDIDeviceIDs: dev.CDIDevices}
+		if dev.ShareID != "" {
+			kd.ShareID = new(types.UID(dev.ShareID))
+		}
+		res.Devices = append(res.Devices, kd)
+	}
+	return res
+}
+
+// UnprepareResourceClaims removes each claim's CDI spec and forgets it; a
+// claim not prepared here is not an error.
+func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.cdi.Remove(string(c.UID))
+		delete(d.claims.rec.Claims, string(c.UID))
+	}
+	if err := d.claims.save(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
