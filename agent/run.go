@@ -174,7 +174,7 @@ func New(cfg Config) (*Agent, error) {
 		var err error
 		driver, err = dra.New(dra.Config{
 			Client: cfg.Client, NodeName: cfg.NodeName, KubeletRootDir: cfg.KubeletRootDir,
-			CDIDir: cfg.CDIDir, StateDir: cfg.StateDir, Logger: cfg.Logger,
+			CDIDir: cfg.CDIDir, StateDir: cfg.StateDir, GPUs: cfg.GPUs, Logger: cfg.Logger,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("agent: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -35,6 +36,10 @@ type Config struct {
 	// StateDir keeps the record of prepared claims; "" keeps none (a
 	// restarted driver then forgets them: for tests only).
 	StateDir string
+	// GPUs is read to know the node's devices when a claim is checked
+	// before the first Advertise (a restarted agent's first pass); nil
+	// knows only what was advertised.
+	GPUs partition.NVML
 	// Logger logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -95,12 +100,18 @@ func New(cfg Config) (*Driver, error) {
 
 // Run registers the driver with the kubelet and serves it until ctx ends.
 func (d *Driver) Run(ctx context.Context) error {
+	registry, data := filepath.Join(d.cfg.KubeletRootDir, "plugins_registry"), filepath.Join(d.cfg.KubeletRootDir, "plugins", DriverName)
+	for _, dir := range []string{registry, data} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("dra: kubelet plugin directory: %w", err)
+		}
+	}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.NodeName(d.cfg.NodeName),
 		kubeletplugin.KubeClient(d.cfg.Client),
-		kubeletplugin.RegistrarDirectoryPath(filepath.Join(d.cfg.KubeletRootDir, "plugins_registry")),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(d.cfg.KubeletRootDir, "plugins", DriverName)),
+		kubeletplugin.RegistrarDirectoryPath(registry),
+		kubeletplugin.PluginDataDirectoryPath(data),
 		kubeletplugin.HealthService(false),
 	)
 	if err != nil {

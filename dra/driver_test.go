@@ -20,6 +20,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/timeslice"
 )
 
@@ -397,5 +398,40 @@ func TestSweepAtStart(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(cdi, "*"))
 	if diff := cmp.Diff([]string{filepath.Join(cdi, "nvidia.yaml")}, left); diff != "" {
 		t.Errorf("left (-want +got):\n%s", diff)
+	}
+}
+
+// TestHoldersBeforeAdvertise: a restarted agent checks claims before it
+// first advertises; the driver reads the GPUs to know the devices claims
+// name, so a held device is not taken for free.
+func TestHoldersBeforeAdvertise(t *testing.T) {
+	m, err := sim.New("h100-80gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Init(); err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := partition.ReadInventory(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := claim("u1", "held", "gpu-0")
+	for _, lib := range []partition.NVML{nil, m} {
+		d, err := New(Config{Client: newFake(held), NodeName: node, CDIDir: t.TempDir(), GPUs: lib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.Holders(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []Holder
+		if lib != nil {
+			want = []Holder{{Namespace: "ns", Claim: "held", Devices: []string{"gpu-0"}, UUIDs: []string{gpus[0].UUID}}}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("GPUs %v: holders (-want +got):\n%s", lib != nil, diff)
+		}
 	}
 }

@@ -3,11 +3,14 @@ package dra
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/carve-dev/carve/partition"
 )
 
 // claimsPage bounds one List of ResourceClaims.
@@ -31,13 +34,17 @@ func (d *Driver) Holders(ctx context.Context) ([]Holder, error) {
 	if err != nil {
 		return nil, err
 	}
+	known, err := d.known()
+	if err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []Holder
 	seen := map[string]bool{}
 	for _, c := range claims {
 		seen[string(c.UID)] = true
-		if h, ok := d.holderFromAPI(c); ok {
+		if h, ok := d.holderFromAPI(c, known); ok {
 			out = append(out, h)
 		}
 	}
@@ -61,7 +68,7 @@ func (d *Driver) Holders(ctx context.Context) ([]Holder, error) {
 }
 
 // holderFromAPI returns what a claim holds of this node's devices.
-func (d *Driver) holderFromAPI(c resourceapi.ResourceClaim) (Holder, bool) {
+func (d *Driver) holderFromAPI(c resourceapi.ResourceClaim, known map[string]string) (Holder, bool) {
 	if c.Status.Allocation == nil {
 		return Holder{}, false
 	}
@@ -70,7 +77,7 @@ func (d *Driver) holderFromAPI(c resourceapi.ResourceClaim) (Holder, bool) {
 		if r.Driver != DriverName || r.Pool != d.cfg.NodeName {
 			continue
 		}
-		uuid, ok := d.offer.UUIDs[r.Device]
+		uuid, ok := known[r.Device]
 		if !ok {
 			continue // not a device of the GPUs as they are
 		}
@@ -85,6 +92,33 @@ func (d *Driver) holderFromAPI(c resourceapi.ResourceClaim) (Holder, bool) {
 		}
 	}
 	return h, true
+}
+
+// known maps the name of every device the GPUs hold now, and every one
+// last advertised, to its UUID. The GPUs are read afresh: a restarted
+// agent checks claims before it first advertises.
+func (d *Driver) known() (map[string]string, error) {
+	d.mu.Lock()
+	out := maps.Clone(d.offer.UUIDs)
+	d.mu.Unlock()
+	if out == nil {
+		out = map[string]string{}
+	}
+	if d.cfg.GPUs == nil {
+		return out, nil
+	}
+	gpus, err := partition.ReadInventory(d.cfg.GPUs)
+	if err != nil {
+		return nil, fmt.Errorf("dra: read the GPUs: %w", err)
+	}
+	devs, err := Devices(gpus)
+	if err != nil {
+		return nil, fmt.Errorf("dra: %w", err)
+	}
+	for _, dev := range devs {
+		out[dev.Name] = *dev.Attributes[AttrUUID].StringValue
+	}
+	return out, nil
 }
 
 // listClaims lists every ResourceClaim, a page at a time.
