@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
@@ -40,9 +41,16 @@ type Config struct {
 	// before the first Advertise (a restarted agent's first pass); nil
 	// knows only what was advertised.
 	GPUs partition.NVML
+	// RepublishInterval is how often the slice is checked and written
+	// again if someone (the kubelet, at its start) removed or changed it;
+	// default DefaultRepublishInterval.
+	RepublishInterval time.Duration
 	// Logger logs; default slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultRepublishInterval is Config.RepublishInterval's default.
+const DefaultRepublishInterval = 30 * time.Second
 
 // Driver is carve's DRA driver on one node: it publishes the node's
 // ResourceSlice (Advertise, Update, Withdraw, as the reconciler asks),
@@ -79,6 +87,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.RepublishInterval <= 0 {
+		cfg.RepublishInterval = DefaultRepublishInterval
 	}
 	store, err := loadClaims(cfg.StateDir)
 	if err != nil {
@@ -121,9 +132,34 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.helper = helper
 	d.mu.Unlock()
 	d.log.Info("DRA kubelet plugin serving", "driver", DriverName, "kubeletRootDir", d.cfg.KubeletRootDir, "cdiDir", d.cfg.CDIDir)
-	<-ctx.Done()
-	helper.Stop()
+	defer helper.Stop()
+	d.keepPublished(ctx)
 	return nil
+}
+
+// keepPublished republishes the last offer every RepublishInterval until
+// ctx ends: the kubelet deletes its node's slices when it starts, and
+// nothing else would make the agent write them again before its next
+// change. Publish writes only when the slice differs.
+func (d *Driver) keepPublished(ctx context.Context) {
+	t := time.NewTicker(d.cfg.RepublishInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		var err error
+		if d.offer.UUIDs != nil {
+			err = d.publishLocked(ctx)
+		}
+		d.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("republishing the ResourceSlice failed; retrying", "err", err)
+		}
+	}
 }
 
 // Advertise publishes the GPUs' devices as res advertises them (see

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -434,4 +435,30 @@ func TestHoldersBeforeAdvertise(t *testing.T) {
 			t.Errorf("GPUs %v: holders (-want +got):\n%s", lib != nil, diff)
 		}
 	}
+}
+
+// TestKeepPublished: a slice someone deleted (the kubelet does at its
+// start) is written again within the republish interval.
+func TestKeepPublished(t *testing.T) {
+	cs := newFake()
+	d := newDriver(t, cs, "", t.TempDir())
+	d.cfg.RepublishInterval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	name := slicesOf(t, cs)[0].Name
+	if err := cs.ResourceV1().ResourceSlices().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { d.keepPublished(ctx); close(done) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if got := slicesOf(t, cs); len(got) == 1 && len(got[0].Spec.Devices) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted slice was not published again")
+		}
+	}
+	cancel()
+	<-done
 }

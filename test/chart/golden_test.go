@@ -33,6 +33,7 @@ func goldenCases() []struct{ name, what string } {
 		{"monitoring", "ServiceMonitor, PrometheusRule and the Grafana dashboard ConfigMap"},
 		{"podmonitor", "a PodMonitor instead of the Service and ServiceMonitor"},
 		{"local-cluster", "the values test/e2e installs with on the local cluster"},
+		{"dra", "advertise: dra with another kubelet root and CDI directory, and extended-resource DeviceClasses"},
 	}
 }
 

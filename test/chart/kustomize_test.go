@@ -50,8 +50,8 @@ func onlyInKustomize() map[string]string {
 	}
 }
 
-// TestSameAsKustomize renders configs/deploy and configs/deploy/gpu-operator
-// with kustomize, and the chart with values stating the same settings, and
+// TestSameAsKustomize renders configs/deploy, configs/deploy/gpu-operator and
+// configs/deploy/dra with kustomize, and the chart with values stating the same settings, and
 // requires every object to be equal after removing the labels of
 // labelNormalisations; the only objects allowed in one of them only are
 // onlyInKustomize's. A change to either side that makes them differ fails.
@@ -60,6 +60,7 @@ func TestSameAsKustomize(t *testing.T) {
 	for _, tc := range []struct{ dir, values string }{
 		{"../../configs/deploy", "kustomize-base"},
 		{"../../configs/deploy/gpu-operator", "kustomize-gpu-operator"},
+		{"../../configs/deploy/dra", "kustomize-dra"},
 	} {
 		t.Run(tc.values, func(t *testing.T) {
 			want, err := renderKustomize(tc.dir)

@@ -12,7 +12,7 @@ import (
 // default values and with each values file of the golden set and of the
 // kustomize comparison: no error and no warning.
 func TestLint(t *testing.T) {
-	names := []string{"kustomize-base", "kustomize-gpu-operator"}
+	names := []string{"kustomize-base", "kustomize-gpu-operator", "kustomize-dra"}
 	for _, tc := range goldenCases() {
 		names = append(names, tc.name)
 	}

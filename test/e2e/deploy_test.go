@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -319,7 +323,8 @@ func checkDaemonSet(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	known := map[string]bool{"node-name": true, "kubeconfig": true, "config-map": true, "gpus": true, "sim-state": true,
 		"device-plugin-dir": true, "pod-resources-socket": true, "state-dir": true, "metrics-addr": true, "cdi": true, "log-level": true,
-		"sim-latency": true, "profile-label": true, "mig-manager-state-label": true, "gfd-labels": true, "pause-operands": true}
+		"sim-latency": true, "profile-label": true, "mig-manager-state-label": true, "gfd-labels": true, "pause-operands": true,
+		"advertise": true, "kubelet-root-dir": true, "cdi-dir": true}
 	for _, a := range append(append([]string{}, ctr.Command...), ctr.Args...) {
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if !strings.HasPrefix(a, "--") || !known[name] {
@@ -382,5 +387,378 @@ func TestDeployGPUOperatorOverlay(t *testing.T) {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %v lack %s", args, want)
 		}
+	}
+}
+
+const (
+	// draDeployDir is the kustomization of carve as a DRA driver, and
+	// draExamplesDir the DRA examples.
+	draDeployDir   = deployDir + "/dra"
+	draExamplesDir = "../../configs/examples/dra"
+	// slicePolicy names the ResourceSlice admission policy of
+	// configs/deploy/components/dra.
+	slicePolicy = "carve-agent-resourceslices"
+	// draDriver is carve's DRA driver.
+	draDriver = "gpu.carve.dev"
+)
+
+// draRules are the ClusterRole rules configs/deploy/components/dra adds to
+// agentRules: the DRA driver's API calls.
+var draRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+	{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list"}},
+}
+
+// draNeeds are the requests carve-agent on node makes with --advertise
+// dra beyond agentNeeds; draMustNot are near ones it does not make.
+func draNeeds() []access {
+	var out []access
+	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
+		out = append(out, access{v, "resource.k8s.io", "resourceslices", "", "", ""})
+	}
+	return append(out,
+		access{"get", "resource.k8s.io", "resourceclaims", "", "default", "some-claim"},
+		access{"list", "resource.k8s.io", "resourceclaims", "", "", ""})
+}
+
+func draMustNot() []access {
+	return []access{
+		{"deletecollection", "resource.k8s.io", "resourceslices", "", "", ""},
+		{"patch", "resource.k8s.io", "resourceslices", "", "", ""},
+		{"update", "resource.k8s.io", "resourceclaims", "status", "default", "some-claim"},
+		{"update", "resource.k8s.io", "resourceclaims", "", "default", "some-claim"},
+		{"create", "resource.k8s.io", "resourceclaims", "", "default", ""},
+		{"watch", "resource.k8s.io", "resourceclaims", "", "", ""},
+		{"create", "resource.k8s.io", "deviceclasses", "", "", ""},
+		{"delete", "resource.k8s.io", "deviceclasses", "", "", draDriver},
+	}
+}
+
+// TestDeployDRAOverlay: configs/deploy/dra renders the base and exactly
+// the DRA objects (two DeviceClasses, the ResourceSlice policy and its
+// binding); its DaemonSet passes the base's checks and advertises through
+// DRA with the kubelet's plugin directories mounted at their node paths;
+// its ClusterRole is the base's rules and the DRA driver's, nothing more.
+// Needs no cluster beyond its kubectl.
+func TestDeployDRAOverlay(t *testing.T) {
+	objs := renderKustomize(t, draDeployDir)
+	base := renderDeploy(t)
+	if len(objs) != len(base)+4 {
+		t.Errorf("the overlay renders %d objects, the base %d; want 4 more", len(objs), len(base))
+	}
+	for _, want := range []struct{ kind, name string }{
+		{"DeviceClass", "gpu.carve.dev"}, {"DeviceClass", "mig.carve.dev"},
+		{"ValidatingAdmissionPolicy", slicePolicy}, {"ValidatingAdmissionPolicyBinding", slicePolicy},
+	} {
+		if harness.FindObject(objs, want.kind, want.name) == nil {
+			t.Errorf("configs/deploy/dra renders no %s %s", want.kind, want.name)
+		}
+	}
+	checkDaemonSet(t, objs)
+	u := harness.FindObject(objs, "DaemonSet", deploySA)
+	if u == nil {
+		t.Fatal("no DaemonSet")
+	}
+	var ds appsv1.DaemonSet
+	fromUnstructured(t, u, &ds)
+	ctr := ds.Spec.Template.Spec.Containers[0]
+	for _, want := range []string{"--advertise=dra", "--kubelet-root-dir=/var/lib/kubelet", "--cdi-dir=/var/run/cdi"} {
+		if !slices.Contains(ctr.Args, want) {
+			t.Errorf("args %v lack %s", ctr.Args, want)
+		}
+	}
+	mounts := map[string]string{}
+	for _, m := range ctr.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		want, ok := map[string]struct {
+			path string
+			typ  corev1.HostPathType
+		}{
+			"plugins-registry": {"/var/lib/kubelet/plugins_registry", corev1.HostPathDirectory},
+			"dra-plugin":       {"/var/lib/kubelet/plugins/" + draDriver, corev1.HostPathDirectoryOrCreate},
+			"cdi":              {"/var/run/cdi", corev1.HostPathDirectoryOrCreate},
+		}[v.Name]
+		if !ok {
+			continue
+		}
+		if v.HostPath == nil || v.HostPath.Path != want.path || v.HostPath.Type == nil || *v.HostPath.Type != want.typ {
+			t.Errorf("volume %s: %+v, want hostPath %s of type %s", v.Name, v.HostPath, want.path, want.typ)
+		}
+		// The kubelet reaches the driver by the path it names: the same
+		// inside as on the node.
+		if mounts[v.Name] != want.path {
+			t.Errorf("volume %s mounted at %q, want %s", v.Name, mounts[v.Name], want.path)
+		}
+	}
+	for _, name := range []string{"plugins-registry", "dra-plugin", "cdi"} {
+		if _, ok := mounts[name]; !ok {
+			t.Errorf("no volume mount %s", name)
+		}
+	}
+	var got []rbacv1.PolicyRule
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" {
+			var r rbacv1.ClusterRole
+			fromUnstructured(t, o, &r)
+			got = r.Rules
+		}
+	}
+	if diff := cmp.Diff(slices.Concat(agentRules["ClusterRole"], draRules), got); diff != "" {
+		t.Errorf("configs/deploy/dra's ClusterRole grants other rules than the agent and its DRA driver need (-need +rendered):\n%s", diff)
+	}
+}
+
+// readDRAExampleObjects decodes configs/examples/dra.
+func readDRAExampleObjects(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(draExamplesDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples in %s: %v", draExamplesDir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := harness.DecodeObjects(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, objs...)
+	}
+	return out
+}
+
+// TestDeployDRAOverlayOnAPIServer applies every object configs/deploy/dra
+// renders, and the examples of configs/examples/dra, to the real
+// kube-apiserver with a server-side dry run (schema, strict fields, the
+// CEL of the DeviceClasses and claims compiled), then creates the
+// Namespace, ServiceAccount, RBAC and the ResourceSlice policy for real,
+// checks with SubjectAccessReviews that the ServiceAccount may make the
+// DRA driver's calls and not others near them, that the policy's
+// expressions type-check, and that it admits the agent's writes of its
+// own node's slice and denies those of another node's, another driver's,
+// and those of a token bound to no node.
+func TestDeployDRAOverlayOnAPIServer(t *testing.T) {
+	c := suite.Cluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := c.Clientset()
+	objects, err := harness.NewObjects(c.RESTConfig(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := renderKustomize(t, draDeployDir)
+	examples := readDRAExampleObjects(t)
+	resource := func(o *unstructured.Unstructured) dynamic.ResourceInterface {
+		t.Helper()
+		r, err := objects.For(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	create := func(o *unstructured.Unstructured, dryRun bool) error {
+		opts := metav1.CreateOptions{FieldManager: "carve-e2e", FieldValidation: "Strict"}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err := resource(o).Create(ctx, o.DeepCopy(), opts)
+		return err
+	}
+
+	ns := harness.FindObject(objs, "Namespace", deployNS)
+	if ns == nil {
+		t.Fatal("no Namespace")
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{}); err == nil {
+		t.Fatalf("namespace %s already exists; a previous run did not clean up", deployNS)
+	}
+	var created []*unstructured.Unstructured
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, o := range slices.Backward(created) {
+			if err := resource(o).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("clean up %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+		for {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Errorf("namespace %s still there after clean up: %v", deployNS, err)
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
+	if err := create(ns, false); err != nil {
+		t.Fatalf("create Namespace %s: %v", deployNS, err)
+	}
+	created = append(created, ns)
+	for _, o := range slices.Concat(objs, examples) {
+		if o == ns {
+			continue
+		}
+		if err := create(o, true); err != nil {
+			t.Errorf("server-side dry run of %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding":
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			if o.GetName() != slicePolicy {
+				continue
+			}
+		default:
+			continue
+		}
+		if err := create(o, false); err != nil {
+			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+		created = append(created, o)
+	}
+
+	user, groups := serviceAccountUser(deployNS, deploySA)
+	node := c.NodeName()
+	deadline := time.Now().Add(30 * time.Second)
+	for !allowed(ctx, t, cs, user, groups, draNeeds()[0]) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, a := range draNeeds() {
+		if !allowed(ctx, t, cs, user, groups, a) {
+			t.Errorf("%s may not %+v; the DRA driver needs it", user, a)
+		}
+	}
+	for _, a := range draMustNot() {
+		if allowed(ctx, t, cs, user, groups, a) {
+			t.Errorf("%s may %+v; the DRA driver does not need it", user, a)
+		}
+	}
+	checkSlicePolicy(ctx, t, cs, user, groups, node)
+}
+
+// checkSlicePolicy waits until the ResourceSlice policy is type-checked
+// (no warnings, every condition true), then writes ResourceSlices as the
+// agent's ServiceAccount, impersonated with and without the node name of
+// a pod-bound token, and checks what the policy admits.
+func checkSlicePolicy(ctx context.Context, t *testing.T, cs kubernetes.Interface, user string, groups []string, node string) {
+	t.Helper()
+	var vap *admissionregistrationv1.ValidatingAdmissionPolicy
+	err := harness.Poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		var err error
+		vap, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, slicePolicy, metav1.GetOptions{})
+		return err == nil && vap.Status.ObservedGeneration == vap.Generation, harness.Retry(err)
+	})
+	if err != nil {
+		t.Fatalf("ValidatingAdmissionPolicy %s never type-checked: %v", slicePolicy, err)
+	}
+	if tc := vap.Status.TypeChecking; tc != nil {
+		for _, w := range tc.ExpressionWarnings {
+			t.Errorf("ValidatingAdmissionPolicy %s: %s: %s", slicePolicy, w.FieldRef, w.Warning)
+		}
+	}
+	for _, cond := range vap.Status.Conditions {
+		if cond.Status != metav1.ConditionTrue {
+			t.Errorf("ValidatingAdmissionPolicy %s: condition %s=%s: %s", slicePolicy, cond.Type, cond.Status, cond.Message)
+		}
+	}
+
+	as := func(tokenNode string) kubernetes.Interface {
+		cfg := suite.Cluster(t).RESTConfig()
+		cfg.Impersonate.UserName, cfg.Impersonate.Groups = user, groups
+		if tokenNode != "" {
+			cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {tokenNode}}
+		}
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	slice := func(name, driver, nodeName string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver: driver, NodeName: &nodeName,
+				Pool:    resourceapi.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1},
+				Devices: []resourceapi.Device{{Name: "gpu-0"}},
+			},
+		}
+	}
+	admin := cs.ResourceV1().ResourceSlices()
+	t.Cleanup(func() {
+		for _, name := range []string{"carve-e2e-own", "carve-e2e-other-node", "carve-e2e-other-driver", "carve-e2e-x", "carve-e2e-y", "carve-e2e-z"} {
+			if err := admin.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("clean up ResourceSlice %s: %v", name, err)
+			}
+		}
+	})
+	// Slices of others, made by the admin, that the agent must not touch.
+	for _, s := range []*resourceapi.ResourceSlice{slice("carve-e2e-other-node", draDriver, "other-node"), slice("carve-e2e-other-driver", "gpu.example.com", node)} {
+		if _, err := admin.Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create ResourceSlice %s as admin: %v", s.Name, err)
+		}
+	}
+	agent := as(node).ResourceV1().ResourceSlices()
+	// A new policy takes effect some time after it is created: wait until
+	// a dry run of a denied write is denied.
+	var last error
+	err = harness.Poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		_, last = agent.Create(ctx, slice("carve-e2e-x", draDriver, "other-node"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), slicePolicy), nil
+	})
+	if err != nil {
+		t.Fatalf("ValidatingAdmissionPolicy %s not in force after 30 s: the last dry run answered %v: %v", slicePolicy, last, err)
+	}
+	wantDenied := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), slicePolicy) {
+			t.Errorf("%s: err %v, want Forbidden by %s", what, err, slicePolicy)
+			return
+		}
+		t.Logf("%s: %v", what, err)
+	}
+	own, err := agent.Create(ctx, slice("carve-e2e-own", draDriver, node), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the agent creating its own node's slice: %v", err)
+	}
+	own.Spec.Pool.Generation++
+	if _, err := agent.Update(ctx, own, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("the agent updating its own node's slice: %v", err)
+	}
+	_, err = agent.Create(ctx, slice("carve-e2e-x", draDriver, "other-node"), metav1.CreateOptions{})
+	wantDenied("create a slice of another node", err)
+	_, err = agent.Create(ctx, slice("carve-e2e-y", "gpu.example.com", node), metav1.CreateOptions{})
+	wantDenied("create a slice of another driver", err)
+	err = agent.Delete(ctx, "carve-e2e-other-node", metav1.DeleteOptions{})
+	wantDenied("delete a slice of another node", err)
+	err = agent.Delete(ctx, "carve-e2e-other-driver", metav1.DeleteOptions{})
+	wantDenied("delete a slice of another driver", err)
+	// A slice's node, pool and driver cannot change; its devices can.
+	for _, name := range []string{"carve-e2e-other-node", "carve-e2e-other-driver"} {
+		other, err := agent.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("get a slice as the agent: %v", err)
+		}
+		other.Spec.Pool.Generation++
+		other.Spec.Devices = append(other.Spec.Devices, resourceapi.Device{Name: "gpu-1"})
+		_, err = agent.Update(ctx, other, metav1.UpdateOptions{})
+		wantDenied("update "+name, err)
+	}
+	_, err = as("").ResourceV1().ResourceSlices().Create(ctx, slice("carve-e2e-z", draDriver, node), metav1.CreateOptions{})
+	wantDenied("create a slice with a token bound to no node", err)
+	if err := agent.Delete(ctx, "carve-e2e-own", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the agent deleting its own node's slice: %v", err)
 	}
 }

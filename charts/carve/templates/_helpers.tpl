@@ -72,3 +72,18 @@ and a map); the chart's own win.
 {{- define "carve.profilesNamespace" -}}
 {{- .Values.profiles.namespace | default .Release.Namespace -}}
 {{- end -}}
+
+{{/*
+"true" when the agent advertises through DRA (advertise: dra), else "". It
+checks the values that go only with other modes or only with dra.
+*/}}
+{{- define "carve.dra" -}}
+{{- if eq .Values.advertise "dra" -}}
+{{- if .Values.cdi -}}
+{{- fail "cdi: not with advertise: dra; the DRA driver always answers with CDI devices (a spec per claim in dra.cdiDir), --cdi is for the device plugin's Allocate answers" -}}
+{{- end -}}
+true
+{{- else if or .Values.dra.extendedResources.gpu .Values.dra.extendedResources.migProfiles -}}
+{{- fail "dra.extendedResources: only with advertise: dra (the device plugin advertises extended resources itself)" -}}
+{{- end -}}
+{{- end -}}
