@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -74,7 +75,8 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 	if err := CheckVersion(version); err != nil {
 		return Binaries{}, err
 	}
-	binDir := filepath.Join(cacheDir, version, "bin")
+	dir := filepath.Join(cacheDir, version)
+	binDir := filepath.Join(dir, "bin")
 	bins := Binaries{
 		Dir:               binDir,
 		KubeAPIServer:     filepath.Join(binDir, compAPIServer),
@@ -83,89 +85,163 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 		Kubelet:           filepath.Join(binDir, compKubelet),
 		Kubectl:           filepath.Join(binDir, kubectlBinary),
 	}
+	err := ensureBuilt(ctx, log, cachedBuild{
+		what:  "Kubernetes " + version + " components",
+		dir:   dir,
+		stamp: buildStamp(version),
+		bins:  kubeBinaries(),
+		build: func(ctx context.Context, outDir string) error {
+			return buildKubernetesRelease(ctx, log, srcDir, filepath.Join(dir, "src"), outDir, version)
+		},
+	})
+	return bins, err
+}
+
+// cachedBuild is a set of programs built once into a cache directory.
+type cachedBuild struct {
+	what  string   // what is built, for the log
+	dir   string   // holds bin/ (the programs and their stamp) and build.lock
+	stamp string   // the recipe: programs built by another are rebuilt
+	bins  []string // the programs' names in bin/
+	// build builds every program into outDir, an empty directory.
+	build func(ctx context.Context, outDir string) error
+}
+
+// ensureBuilt returns once b.dir/bin holds b's programs built by b.stamp,
+// building them first when they are missing or stale (or
+// CARVE_CLUSTER_REBUILD is set). One build at a time per directory: a
+// concurrent caller waits on b.dir/build.lock and then finds the result.
+func ensureBuilt(ctx context.Context, log io.Writer, b cachedBuild) error {
+	binDir := filepath.Join(b.dir, "bin")
 	stampPath := filepath.Join(binDir, ".stamp")
-	stamp := buildStamp(version)
-	if binariesCurrent(binDir, stampPath, stamp) && os.Getenv("CARVE_CLUSTER_REBUILD") == "" {
-		return bins, nil
+	current := func() bool {
+		return binariesCurrent(binDir, stampPath, b.stamp, b.bins) && os.Getenv("CARVE_CLUSTER_REBUILD") == ""
+	}
+	if current() {
+		return nil
 	}
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		return bins, fmt.Errorf("create binary cache: %w", err)
+		return fmt.Errorf("create the binary cache of %s: %w", b.what, err)
 	}
-	// One build at a time per cache; whoever waited finds the result.
-	lock, _, err := acquireLock(ctx, filepath.Join(cacheDir, version, "build.lock"), func(format string, args ...any) {
+	lock, _, err := acquireLock(ctx, filepath.Join(b.dir, "build.lock"), func(format string, args ...any) {
 		fmt.Fprintf(log, format+"\n", args...)
 	})
 	if err != nil {
-		return bins, fmt.Errorf("lock binary cache: %w", err)
+		return fmt.Errorf("lock the binary cache of %s: %w", b.what, err)
 	}
 	defer func() {
 		if err := lock.release(); err != nil {
 			fmt.Fprintf(log, "%v\n", err)
 		}
 	}()
-	if binariesCurrent(binDir, stampPath, stamp) && os.Getenv("CARVE_CLUSTER_REBUILD") == "" {
-		return bins, nil
+	if current() {
+		return nil
 	}
-
-	goTool, err := findGo()
+	tmp, err := os.MkdirTemp(b.dir, "build-")
 	if err != nil {
-		return bins, err
-	}
-	if srcDir == "" && version == DefaultKubernetesVersion {
-		srcDir, err = FindSourceDir()
-		if err != nil {
-			return bins, err
-		}
-	}
-	if srcDir, err = buildModuleDir(ctx, goTool, srcDir, filepath.Join(cacheDir, version, "src"), version); err != nil {
-		return bins, err
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(binDir), "build-")
-	if err != nil {
-		return bins, fmt.Errorf("create build directory: %w", err)
+		return fmt.Errorf("create a build directory for %s: %w", b.what, err)
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-
-	fmt.Fprintf(log, "building Kubernetes %s (%s) in %s; the first build takes several minutes\n",
-		version, strings.Join(kubeBinaries(), ", "), srcDir)
 	start := time.Now()
-	if err := buildKubernetes(ctx, log, goTool, srcDir, tmp, version, buildHeartbeat); err != nil {
-		return bins, err
+	if err := b.build(ctx, tmp); err != nil {
+		return err
 	}
-	for _, b := range kubeBinaries() {
-		if err := os.Rename(filepath.Join(tmp, b), filepath.Join(binDir, b)); err != nil {
-			return bins, fmt.Errorf("install %s into the cache: %w", b, err)
+	// No stamp while old and new programs are mixed.
+	if err := os.Remove(stampPath); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("remove the old build stamp of %s: %w", b.what, err)
+	}
+	for _, name := range b.bins {
+		if err := os.Rename(filepath.Join(tmp, name), filepath.Join(binDir, name)); err != nil {
+			return fmt.Errorf("install %s into the cache: %w", name, err)
 		}
 	}
-	if err := os.WriteFile(stampPath, []byte(stamp), 0o644); err != nil {
-		return bins, fmt.Errorf("write build stamp: %w", err)
+	if err := os.WriteFile(stampPath, []byte(b.stamp), 0o644); err != nil {
+		return fmt.Errorf("write the build stamp of %s: %w", b.what, err)
 	}
-	fmt.Fprintf(log, "built Kubernetes %s components in %s into %s\n", version, time.Since(start).Round(time.Second), binDir)
-	return bins, nil
+	fmt.Fprintf(log, "built %s in %s into %s\n", b.what, time.Since(start).Round(time.Second), binDir)
+	return nil
+}
+
+// buildKubernetesRelease builds the Kubernetes binaries of version into
+// outDir: from the test module at srcDir (found when empty) for
+// DefaultKubernetesVersion, else from a module generated in genDir.
+func buildKubernetesRelease(ctx context.Context, log io.Writer, srcDir, genDir, outDir, version string) error {
+	goTool, err := findGo()
+	if err != nil {
+		return err
+	}
+	if srcDir == "" && version == DefaultKubernetesVersion {
+		if srcDir, err = FindSourceDir(); err != nil {
+			return err
+		}
+	}
+	if srcDir, err = buildModuleDir(ctx, goTool, srcDir, genDir, version); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "building Kubernetes %s (%s) in %s; the first build takes several minutes\n",
+		version, strings.Join(kubeBinaries(), ", "), srcDir)
+	return buildKubernetes(ctx, log, goTool, srcDir, outDir, version, buildHeartbeat)
 }
 
 // buildKubernetes builds the Kubernetes binaries into outDir with one
-// `go build -v` in the test module at srcDir, reporting progress to log:
-// a line as each binary's main package is reached, and a heartbeat every
-// interval with the packages compiled so far (of how many, counted by a
-// `go list -deps` alongside).
+// `go build -v` in the module at srcDir, reporting progress to log (see
+// runGoBuild).
 func buildKubernetes(ctx context.Context, log io.Writer, goTool, srcDir, outDir, version string, interval time.Duration) error {
 	mains := map[string]string{}
-	var pkgs []string
 	for _, b := range kubeBinaries() {
-		pkg := "k8s.io/kubernetes/cmd/" + b
-		mains[pkg] = b
+		mains["k8s.io/kubernetes/cmd/"+b] = b
+	}
+	return runGoBuild(ctx, log, goTool, goBuild{
+		what:    "Kubernetes " + version,
+		dir:     srcDir,
+		mains:   mains,
+		ldflags: buildLDFlags(version),
+	}, outDir, interval)
+}
+
+// goBuild is one `go build` of main packages.
+type goBuild struct {
+	what    string            // what is built, for the log: "Kubernetes v1.37.2"
+	dir     string            // the module directory to build in
+	mains   map[string]string // main package import path -> binary name
+	tags    string            // build tags, space-separated; may be empty
+	ldflags string
+}
+
+// args returns the go command's arguments for the subcommand cmd (build or
+// list), before the packages.
+func (b goBuild) args(cmd string) []string {
+	args := []string{cmd}
+	if cmd == "build" {
+		args = append(args, "-v", "-trimpath", "-ldflags="+b.ldflags)
+	} else {
+		args = append(args, "-deps")
+	}
+	if b.tags != "" {
+		args = append(args, "-tags="+b.tags)
+	}
+	return args
+}
+
+// runGoBuild builds b's binaries into outDir with one `go build -v`,
+// reporting progress to log: a line as each binary's main package is
+// reached, and a heartbeat every interval with the packages compiled so far
+// (of how many, counted by a `go list -deps` alongside).
+func runGoBuild(ctx context.Context, log io.Writer, goTool string, b goBuild, outDir string, interval time.Duration) error {
+	var pkgs []string
+	for pkg := range b.mains {
 		pkgs = append(pkgs, pkg)
 	}
-	progress := newBuildProgress(log, time.Now, version, mains)
+	slices.Sort(pkgs)
+	progress := newBuildProgress(log, time.Now, b.what, b.mains)
 
 	// The total is only for the heartbeat: a failure leaves it unknown.
 	listCtx, cancelList := context.WithCancel(ctx)
 	listDone := make(chan struct{})
 	go func() {
 		defer close(listDone)
-		list := exec.CommandContext(listCtx, goTool, append([]string{"list", "-deps"}, pkgs...)...)
-		list.Dir = srcDir
+		list := exec.CommandContext(listCtx, goTool, append(b.args("list"), pkgs...)...)
+		list.Dir = b.dir
 		list.Env = goBuildEnv()
 		if out, err := list.Output(); err == nil {
 			progress.setTotal(countPackages(string(out)))
@@ -176,26 +252,15 @@ func buildKubernetes(ctx context.Context, log io.Writer, goTool, srcDir, outDir,
 		<-listDone
 	}()
 
-	args := append([]string{"build", "-v", "-trimpath", "-ldflags=" + buildLDFlags(version), "-o", outDir + string(filepath.Separator)}, pkgs...)
-	cmd := exec.CommandContext(ctx, goTool, args...)
-	cmd.Dir = srcDir
+	args := append(b.args("build"), "-o", outDir+string(filepath.Separator))
+	cmd := exec.CommandContext(ctx, goTool, append(args, pkgs...)...)
+	cmd.Dir = b.dir
 	cmd.Env = goBuildEnv()
 	cmd.Stdout = progress
 	cmd.Stderr = progress
-	ticker := time.NewTicker(interval)
-	stop := make(chan struct{})
-	beating := make(chan struct{})
-	go func() {
-		defer close(beating)
-		progress.heartbeat(ticker.C, stop)
-	}()
-	err := cmd.Run()
-	ticker.Stop()
-	close(stop)
-	<-beating
-	progress.Flush()
+	err := progress.run(cmd, interval)
 	if err != nil {
-		return fmt.Errorf("build Kubernetes components: %w\n%s", err, lastLines(progress.output(), 40))
+		return fmt.Errorf("build %s: %w\n%s", b.what, err, lastLines(progress.output(), 40))
 	}
 	if compiled, _ := progress.counts(); compiled > 0 {
 		fmt.Fprintf(log, "  compiled %d packages\n", compiled)
@@ -225,14 +290,14 @@ func buildStamp(version string) string {
 	return fmt.Sprintf("kubernetes=%s recipe=%s goos=%s goarch=%s\n", version, buildRecipe, runtime.GOOS, runtime.GOARCH)
 }
 
-// binariesCurrent reports whether binDir holds every binary built by the
-// current recipe.
-func binariesCurrent(binDir, stampPath, stamp string) bool {
+// binariesCurrent reports whether binDir holds every one of bins, built by
+// the recipe stamp.
+func binariesCurrent(binDir, stampPath, stamp string, bins []string) bool {
 	got, err := os.ReadFile(stampPath)
 	if err != nil || string(got) != stamp {
 		return false
 	}
-	for _, b := range kubeBinaries() {
+	for _, b := range bins {
 		if !isExecutable(filepath.Join(binDir, b)) {
 			return false
 		}

@@ -316,12 +316,30 @@ func cgroupPids(dirs []string) []int {
 // shim leaves containerd's process group and outlives it, but it is started
 // with "-address <socket>", and that socket path is unique to one cluster.
 func killShims(socket string) error {
-	entries, err := os.ReadDir("/proc")
+	pids, err := shimsOf(socket)
 	if err != nil {
-		return fmt.Errorf("list processes: %w", err)
+		return err
 	}
 	var errs []error
-	var killed []int
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill shim %d: %w", pid, err))
+		}
+	}
+	if left := waitGone(pids, 5*time.Second); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("containerd shims %v survive SIGKILL", left))
+	}
+	return errors.Join(errs...)
+}
+
+// shimsOf lists the containerd shims (containerd-shim-runc-v2 and the
+// like) started with "-address <socket>".
+func shimsOf(socket string) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -337,16 +355,10 @@ func killShims(socket string) error {
 		}
 		for i := 0; i+1 < len(args); i++ {
 			if args[i] == "-address" && args[i+1] == socket {
-				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-					errs = append(errs, fmt.Errorf("kill shim %d: %w", pid, err))
-				}
-				killed = append(killed, pid)
+				pids = append(pids, pid)
 				break
 			}
 		}
 	}
-	if left := waitGone(killed, 5*time.Second); len(left) > 0 {
-		errs = append(errs, fmt.Errorf("containerd shims %v survive SIGKILL", left))
-	}
-	return errors.Join(errs...)
+	return pids, nil
 }

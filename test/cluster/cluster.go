@@ -88,6 +88,7 @@ type paths struct {
 	etcdData, apiserverDir, cmDir, schedulerDir      string
 	containerdRoot, containerdState                  string
 	containerdSocket, containerdConfig, cniConfDir   string
+	cdiDir                                           string
 	kubeletRoot, kubeletConfig, podLogsDir           string
 }
 
@@ -112,6 +113,7 @@ func newPaths(root string) paths {
 		containerdSocket:    j("run", "containerd.sock"),
 		containerdConfig:    j("etc", "containerd.toml"),
 		cniConfDir:          j("cni", "net.d"),
+		cdiDir:              j("cdi"),
 		kubeletRoot:         j("kubelet"),
 		kubeletConfig:       j("etc", "kubelet.yaml"),
 		podLogsDir:          j("pod-logs"),
@@ -127,6 +129,7 @@ type Cluster struct {
 	ports      ports
 	tools      HostTools
 	bins       Binaries
+	ctrd       ContainerdBinaries
 	image      string
 	creds      credentials
 	cgroupRoot string
@@ -201,6 +204,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if c.bins, err = EnsureBinaries(ctx, c.logw, opts.CacheDir, opts.SourceDir); err != nil {
+		return nil, err
+	}
+	if c.ctrd, err = EnsureContainerd(ctx, c.logw, opts.CacheDir); err != nil {
 		return nil, err
 	}
 	if c.image, err = ensureImage(ctx, opts.CacheDir, c.tools.Busybox); err != nil {
@@ -344,7 +350,8 @@ func (c *Cluster) prepareDir() error {
 		return fmt.Errorf("mark cluster directory: %w", err)
 	}
 	for _, d := range []string{c.p.logs, c.p.pki, c.p.etc, c.p.etcdData, c.p.apiserverDir, c.p.cmDir, c.p.schedulerDir,
-		c.p.containerdRoot, c.p.containerdState, filepath.Dir(c.p.containerdSocket), c.p.cniConfDir, c.p.kubeletRoot, c.p.podLogsDir} {
+		c.p.containerdRoot, c.p.containerdState, filepath.Dir(c.p.containerdSocket), c.p.cniConfDir, c.p.cdiDir,
+		c.p.kubeletRoot, c.p.podLogsDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
@@ -444,10 +451,11 @@ func pickPorts() (ports, error) {
 }
 
 // childEnv is the environment of every component: a predictable PATH (the
-// containerd shim looks runc up there), HOME, and nothing else inherited, so
-// that the developer's KUBECONFIG, ETCD_* and the like cannot leak in.
-func childEnv() []string {
-	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// containerd shim looks runc up there) that starts with pathFirst, HOME,
+// and nothing else inherited, so that the developer's KUBECONFIG, ETCD_*
+// and the like cannot leak in.
+func childEnv(pathFirst ...string) []string {
+	path := strings.Join(append(pathFirst, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"), ":")
 	home := os.Getenv("HOME")
 	if home == "" {
 		home = "/root"
@@ -529,9 +537,15 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	})
 }
 
+// startContainerd starts containerd, waits for its CRI plugin to be ready
+// and imports the busybox image.
 func (c *Cluster) startContainerd(ctx context.Context) error {
-	p := c.newProcess(compContainerd, c.tools.Containerd, filepath.Dir(c.p.containerdRoot),
+	p := c.newProcess(compContainerd, c.ctrd.Containerd, filepath.Dir(c.p.containerdRoot),
 		"--config="+c.p.containerdConfig)
+	// containerd finds its shim in PATH before beside itself: a host's
+	// containerd-shim-runc-v2 of another release fails ("type with url ...
+	// not found").
+	p.env = childEnv(c.ctrd.Dir)
 	if err := c.launch(p); err != nil {
 		return err
 	}
@@ -540,7 +554,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := importImage(ctx, c.tools.Ctr, c.p.containerdSocket, c.image); err != nil {
+	if err := importImage(ctx, c.ctrd.Ctr, c.p.containerdSocket, c.image); err != nil {
 		return err
 	}
 	return c.waitFor(ctx, "the CRI plugin to see "+BusyboxImage, []*process{p}, func(ctx context.Context) error {
@@ -1082,6 +1096,14 @@ func (c *Cluster) PodResourcesSocket() string {
 
 // ContainerdSocket returns the containerd socket (CRI and containerd API).
 func (c *Cluster) ContainerdSocket() string { return c.p.containerdSocket }
+
+// CDIDir returns the cluster's CDI spec directory, <root>/cdi, the only one
+// containerd reads (not the host's /etc/cdi or /var/run/cdi). A container
+// that asks for a CDI device (from a DRA driver's claim or a device
+// plugin's Allocate answer) starts only if a spec here names the device:
+// point a DRA driver's --cdi-dir here, or write the specs a device plugin
+// relies on. containerd reads new and changed specs as they appear.
+func (c *Cluster) CDIDir() string { return c.p.cdiDir }
 
 // KubeletRootDir returns the kubelet's --root-dir.
 func (c *Cluster) KubeletRootDir() string { return c.p.kubeletRoot }

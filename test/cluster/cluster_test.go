@@ -16,8 +16,9 @@ import (
 )
 
 // TestCluster brings up a real single-node cluster, runs a pod through the
-// scheduler, kubelet and containerd, restarts the kubelet, takes the API
-// server down and up again, and checks that Stop leaves nothing behind.
+// scheduler, kubelet and containerd, restarts the kubelet, runs a container
+// with a CDI device, takes the API server down and up again, and checks
+// that Stop leaves nothing behind.
 func TestCluster(t *testing.T) {
 	c := ForTest(t, Options{NodeName: "carve-smoke", NodeLabels: map[string]string{"carve.dev/test": "smoke"}})
 	t.Logf("warm start (lock held to usable cluster): %s", c.StartupTime().Round(100*time.Millisecond))
@@ -63,6 +64,12 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("CDI device from CDIDir", func(t *testing.T) {
+		start := time.Now()
+		checkCDI(ctx, t, c)
+		t.Logf("CDI checked and kubelet back in %s", time.Since(start).Round(100*time.Millisecond))
+	})
+
 	t.Run("API server down and up", func(t *testing.T) {
 		stopStart := time.Now()
 		if err := c.StopAPIServer(); err != nil {
@@ -97,8 +104,12 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		socket := c.ContainerdSocket()
 		if err := c.Stop(); err != nil {
 			t.Fatalf("stop: %v", err)
+		}
+		if shims, err := shimsOf(socket); err != nil || len(shims) > 0 {
+			t.Errorf("containerd shims %v left after Stop (%v)", shims, err)
 		}
 		for name, addr := range endpoints {
 			conn, err := net.DialTimeout("tcp", addr, time.Second)

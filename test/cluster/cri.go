@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,20 +23,33 @@ func withCRI(socket string, fn func(runtimeapi.RuntimeServiceClient, runtimeapi.
 }
 
 // criReady checks that the runtime answers and reports both RuntimeReady
-// and NetworkReady (the CNI config was loaded).
+// and NetworkReady (the CNI config was loaded), the conditions the kubelet
+// requires. Others are informational and ignored, as the kubelet does:
+// containerd 2 reports ContainerdHasNoDeprecationWarnings false on a host
+// with cgroup v1, for instance.
 func criReady(ctx context.Context, socket string) error {
 	return withCRI(socket, func(rs runtimeapi.RuntimeServiceClient, _ runtimeapi.ImageServiceClient) error {
 		st, err := rs.Status(ctx, &runtimeapi.StatusRequest{})
 		if err != nil {
 			return fmt.Errorf("CRI status: %w", err)
 		}
-		for _, cond := range st.GetStatus().GetConditions() {
-			if !cond.GetStatus() {
-				return fmt.Errorf("CRI condition %s is false: %s %s", cond.GetType(), cond.GetReason(), cond.GetMessage())
-			}
-		}
-		return nil
+		return requiredConditions(st.GetStatus().GetConditions())
 	})
+}
+
+// requiredConditions checks that conds has RuntimeReady and NetworkReady,
+// both true.
+func requiredConditions(conds []*runtimeapi.RuntimeCondition) error {
+	for _, want := range []string{runtimeapi.RuntimeReady, runtimeapi.NetworkReady} {
+		i := slices.IndexFunc(conds, func(c *runtimeapi.RuntimeCondition) bool { return c.GetType() == want })
+		if i < 0 {
+			return fmt.Errorf("CRI reports no condition %s yet", want)
+		}
+		if c := conds[i]; !c.GetStatus() {
+			return fmt.Errorf("CRI condition %s is false: %s %s", want, c.GetReason(), c.GetMessage())
+		}
+	}
+	return nil
 }
 
 // criHasImage checks that the CRI image service knows image.

@@ -4,8 +4,11 @@
 // listening on 127.0.0.1 only, all under one temporary root directory.
 //
 // The Kubernetes components are built from k8s.io/kubernetes at
-// KubernetesVersion() (once per release; they are cached), the rest comes from Debian
-// packages installed on first use. No registry is needed: the cluster has one
+// KubernetesVersion() and containerd from its Go module at
+// ContainerdVersion (once per release; they are cached), so that CDI devices
+// are injected into containers (see Cluster.CDIDir); etcd, runc, the CNI
+// loopback plugin and busybox come from Debian packages installed on first
+// use. No registry is needed: the cluster has one
 // image, BusyboxImage, imported from a locally built archive. Pods must use
 // hostNetwork and imagePullPolicy: Never.
 //

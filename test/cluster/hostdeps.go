@@ -16,20 +16,19 @@ import (
 )
 
 // HostTools are the programs from the host that a cluster runs, found (and
-// installed when missing) by EnsureHostTools.
+// installed when missing) by EnsureHostTools. containerd is not one of
+// them: it is built from its Go module (see EnsureContainerd).
 type HostTools struct {
-	Etcd       string // etcd server binary
-	Containerd string // containerd daemon
-	Ctr        string // containerd's CLI, used to import the test image
-	Runc       string // OCI runtime the containerd shim calls
-	CNIBinDir  string // directory holding the CNI "loopback" plugin
-	Busybox    string // a statically linked busybox, copied into the test image
+	Etcd      string // etcd server binary
+	Runc      string // OCI runtime the containerd shim calls
+	CNIBinDir string // directory holding the CNI "loopback" plugin
+	Busybox   string // a statically linked busybox, copied into the test image
 }
 
 // HostPackages returns the Debian packages that provide HostTools, in the
 // order they are installed.
 func HostPackages() []string {
-	return []string{"etcd-server", "containerd", "runc", "containernetworking-plugins", "busybox-static"}
+	return []string{"etcd-server", "runc", "containernetworking-plugins", "busybox-static"}
 }
 
 // cniBinDirs are searched, in order, for the CNI loopback plugin.
@@ -87,8 +86,6 @@ func findHostTools() (HostTools, []string) {
 		return p
 	}
 	t.Etcd = look("etcd", "etcd-server")
-	t.Containerd = look("containerd", "containerd")
-	t.Ctr = look("ctr", "containerd")
 	t.Runc = look("runc", "runc")
 	for _, d := range cniBinDirs() {
 		if isExecutable(filepath.Join(d, "loopback")) {

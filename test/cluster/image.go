@@ -436,7 +436,7 @@ func (c *Cluster) ImportImage(ctx context.Context, img Image) error {
 	if err != nil {
 		return fmt.Errorf("import image %s: %w", img.Name, err)
 	}
-	if err := importArchive(ctx, c.tools.Ctr, c.p.containerdSocket, f.Name(), img.Name); err != nil {
+	if err := importArchive(ctx, c.ctrd.Ctr, c.p.containerdSocket, f.Name(), img.Name); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
 )
 
-// buildHeartbeat is how often a running Kubernetes build reports progress.
+// buildHeartbeat is how often a running build (Kubernetes, containerd)
+// reports progress.
 const buildHeartbeat = 20 * time.Second
 
 // buildTailLines is how many lines of the build's other output (compiler
@@ -24,11 +26,11 @@ const buildTailLines = 200
 // It is an io.Writer for the build's stdout and stderr; its methods are safe
 // for concurrent use.
 type buildProgress struct {
-	log     io.Writer
-	now     func() time.Time
-	start   time.Time
-	version string            // the Kubernetes release being built
-	mains   map[string]string // main package import path -> binary name
+	log   io.Writer
+	now   func() time.Time
+	start time.Time
+	what  string            // what is being built: "Kubernetes v1.37.2"
+	mains map[string]string // main package import path -> binary name
 
 	mu        sync.Mutex
 	partial   []byte // the unfinished last line written
@@ -40,10 +42,10 @@ type buildProgress struct {
 	tail      []string
 }
 
-// newBuildProgress returns a progress tracker for a build of Kubernetes
-// version's main packages (import path -> binary name), started now.
-func newBuildProgress(log io.Writer, now func() time.Time, version string, mains map[string]string) *buildProgress {
-	return &buildProgress{log: log, now: now, start: now(), version: version, mains: mains}
+// newBuildProgress returns a progress tracker for a build of what's main
+// packages (import path -> binary name), started now.
+func newBuildProgress(log io.Writer, now func() time.Time, what string, mains map[string]string) *buildProgress {
+	return &buildProgress{log: log, now: now, start: now(), what: what, mains: mains}
 }
 
 // Write takes build output; complete lines are processed at once. It never
@@ -124,7 +126,7 @@ func (p *buildProgress) elapsed() time.Duration {
 // is reached), or the modules downloaded while none is; p.mu is held.
 func (p *buildProgress) statusLocked() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  still building Kubernetes %s: %s", p.version, p.elapsed())
+	fmt.Fprintf(&b, "  still building %s: %s", p.what, p.elapsed())
 	switch {
 	case p.compiled == 0 && p.downloads > 0:
 		fmt.Fprintf(&b, ", %d modules downloaded", p.downloads)
@@ -156,6 +158,25 @@ func (p *buildProgress) heartbeat(tick <-chan time.Time, stop <-chan struct{}) {
 			p.mu.Unlock()
 		}
 	}
+}
+
+// run runs cmd, whose output goes to p, writing the status line to the
+// log every interval until cmd ends; then it processes an unfinished last
+// line of output.
+func (p *buildProgress) run(cmd *exec.Cmd, interval time.Duration) error {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	stop := make(chan struct{})
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		p.heartbeat(ticker.C, stop)
+	}()
+	err := cmd.Run()
+	close(stop)
+	<-beating
+	p.Flush()
+	return err
 }
 
 // counts returns the packages compiled so far and the build's total (0

@@ -52,7 +52,7 @@ func (l *lockedBuffer) String() string {
 func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	var log strings.Builder
-	p := newBuildProgress(&log, clock.Now, DefaultKubernetesVersion, map[string]string{
+	p := newBuildProgress(&log, clock.Now, "Kubernetes "+DefaultKubernetesVersion, map[string]string{
 		"k8s.io/kubernetes/cmd/kubectl": "kubectl",
 		"k8s.io/kubernetes/cmd/kubelet": "kubelet",
 	})
@@ -111,7 +111,7 @@ func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 }
 
 func TestBuildProgressKeepsTheTail(t *testing.T) {
-	p := newBuildProgress(&strings.Builder{}, time.Now, DefaultKubernetesVersion, nil)
+	p := newBuildProgress(&strings.Builder{}, time.Now, "Kubernetes "+DefaultKubernetesVersion, nil)
 	for i := range buildTailLines + 50 {
 		_, _ = p.Write([]byte("error line " + strings.Repeat("x", i%3) + "\n"))
 	}
@@ -123,7 +123,7 @@ func TestBuildProgressKeepsTheTail(t *testing.T) {
 func TestBuildProgressHeartbeat(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	log := &lockedBuffer{}
-	p := newBuildProgress(log, clock.Now, DefaultKubernetesVersion, nil)
+	p := newBuildProgress(log, clock.Now, "Kubernetes "+DefaultKubernetesVersion, nil)
 	tick := make(chan time.Time)
 	stop := make(chan struct{})
 	done := make(chan struct{})

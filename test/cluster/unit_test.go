@@ -214,17 +214,34 @@ func TestKubeletConfig(t *testing.T) {
 	}
 }
 
+// TestContainerdConfig: the configuration is in containerd 2's format
+// (version 3, the CRI plugin split into images and runtime), keeps
+// containerd to the cluster's root, and gives it the cluster's CDI spec
+// directory only.
 func TestContainerdConfig(t *testing.T) {
 	cfg := containerdConfig(newPaths("/tmp/c"), "/usr/lib/cni")
 	for _, want := range []string{
-		`restrict_oom_score_adj = true`,
-		`sandbox_image = "` + BusyboxImage + `"`,
-		`address = "/tmp/c/run/containerd.sock"`,
+		"\nversion = 3\n",
 		`root = "/tmp/c/containerd/root"`,
-		`bin_dir = "/usr/lib/cni"`,
+		`state = "/tmp/c/containerd/state"`,
+		`address = "/tmp/c/run/containerd.sock"`,
+		`address = "/tmp/c/run/containerd.sock.ttrpc"`,
+		`[plugins."io.containerd.cri.v1.images".pinned_images]` + "\n    sandbox = \"" + BusyboxImage + `"`,
+		`restrict_oom_score_adj = true`,
+		`cdi_spec_dirs = ["/tmp/c/cdi"]`,
+		`[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]` + "\n      runtime_type = \"io.containerd.runc.v2\"",
+		`[plugins."io.containerd.cri.v1.runtime".cni]` + "\n    bin_dirs = [\"/usr/lib/cni\"]\n    conf_dir = \"/tmp/c/cni/net.d\"",
+		`stream_server_address = "127.0.0.1"`,
+		`[plugins."io.containerd.nri.v1.nri"]` + "\n  disable = true",
 	} {
 		if !strings.Contains(cfg, want) {
-			t.Errorf("containerd config lacks %q", want)
+			t.Errorf("containerd config lacks %q:\n%s", want, cfg)
+		}
+	}
+	// Keys containerd 2 no longer reads (it would ignore them silently).
+	for _, gone := range []string{"sandbox_image", "enable_cdi", "bin_dir =", `"io.containerd.grpc.v1.cri".containerd`, `"io.containerd.grpc.v1.cri".cni`, "/etc/cdi", "/var/run/cdi"} {
+		if strings.Contains(cfg, gone) {
+			t.Errorf("containerd config has %q, which containerd %s does not read or the cluster must not use", gone, ContainerdVersion)
 		}
 	}
 }

@@ -88,6 +88,12 @@ func writeBuildModule(ctx context.Context, goTool, dir, version string) error {
 	if err != nil {
 		return err
 	}
+	return writeGeneratedModule(ctx, goTool, dir, mod)
+}
+
+// writeGeneratedModule makes dir a module with the go.mod mod and no other
+// file of its own (an old go.sum is removed), resolved with go mod tidy.
+func writeGeneratedModule(ctx context.Context, goTool, dir string, mod []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}

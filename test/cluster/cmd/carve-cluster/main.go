@@ -30,8 +30,8 @@ commands:
   status   show the running cluster
   kubectl  run kubectl %s against the running cluster
   down     stop the running cluster and clean up after a crashed one
-  build    install host packages, build the Kubernetes binaries and the
-           image, without starting anything
+  build    install host packages, build the Kubernetes binaries,
+           containerd and the image, without starting anything
 
 Run 'carve-cluster <command> -h' for the flags of a command.
 `
@@ -379,9 +379,13 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
+	ctrd, err := cluster.EnsureContainerd(ctx, os.Stderr, cacheDir)
+	if err != nil {
+		return err
+	}
 	if err := cluster.EnsureImage(ctx, cacheDir, tools.Busybox); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "carve-cluster: host tools present, binaries in %s, image %s cached\n", bins.Dir, cluster.BusyboxImage)
+	fmt.Fprintf(os.Stderr, "carve-cluster: host tools present, binaries in %s and %s, image %s cached\n", bins.Dir, ctrd.Dir, cluster.BusyboxImage)
 	return nil
 }
