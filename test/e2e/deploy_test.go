@@ -197,27 +197,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 		t.Fatalf("dry run Namespace %s: %v", deployNS, err)
 	}
 	var created []*unstructured.Unstructured
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		for _, o := range slices.Backward(created) {
-			if err := resource(o).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("clean up %s %s: %v", o.GetKind(), o.GetName(), err)
-			}
-		}
-		// Namespace deletion is asynchronous: wait, so the next run starts clean.
-		for {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return
-			}
-			if ctx.Err() != nil {
-				t.Errorf("namespace %s still there after clean up: %v", deployNS, err)
-				return
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-	})
+	deleteAtCleanup(t, cs, resource, &created)
 	if err := create(ns, false); err != nil {
 		t.Fatalf("create Namespace %s: %v", deployNS, err)
 	}
@@ -578,26 +558,7 @@ func TestDeployDRAOverlayOnAPIServer(t *testing.T) {
 		t.Fatalf("namespace %s already exists; a previous run did not clean up", deployNS)
 	}
 	var created []*unstructured.Unstructured
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		for _, o := range slices.Backward(created) {
-			if err := resource(o).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("clean up %s %s: %v", o.GetKind(), o.GetName(), err)
-			}
-		}
-		for {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return
-			}
-			if ctx.Err() != nil {
-				t.Errorf("namespace %s still there after clean up: %v", deployNS, err)
-				return
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-	})
+	deleteAtCleanup(t, cs, resource, &created)
 	if err := create(ns, false); err != nil {
 		t.Fatalf("create Namespace %s: %v", deployNS, err)
 	}
@@ -761,4 +722,31 @@ func checkSlicePolicy(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	if err := agent.Delete(ctx, "carve-e2e-own", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("the agent deleting its own node's slice: %v", err)
 	}
+}
+
+// deleteAtCleanup deletes the objects *created lists when the test ends,
+// the last created first, and waits until deployNS is gone: namespace
+// deletion is asynchronous, and the next run must start clean.
+func deleteAtCleanup(t *testing.T, cs kubernetes.Interface, resource func(*unstructured.Unstructured) dynamic.ResourceInterface, created *[]*unstructured.Unstructured) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, o := range slices.Backward(*created) {
+			if err := resource(o).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("clean up %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+		for {
+			_, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Errorf("namespace %s still there after clean up: %v", deployNS, err)
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	})
 }
