@@ -64,10 +64,8 @@ type Driver struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	gpus    []partition.GPU
-	res     timeslice.Resources
 	offer   Offer
 	dropped map[string]bool // devices withdrawn since the last Advertise
-	helper  *kubeletplugin.Helper
 }
 
 // New returns a Driver. It loads the prepared claims and removes CDI specs
@@ -128,9 +126,6 @@ func (d *Driver) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dra: start kubelet plugin: %w", err)
 	}
-	d.mu.Lock()
-	d.helper = helper
-	d.mu.Unlock()
 	d.log.Info("DRA kubelet plugin serving", "driver", DriverName, "kubeletRootDir", d.cfg.KubeletRootDir, "cdiDir", d.cfg.CDIDir)
 	defer helper.Stop()
 	d.keepPublished(ctx)
@@ -172,7 +167,7 @@ func (d *Driver) Advertise(ctx context.Context, gpus []partition.GPU, res timesl
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.gpus, d.res, d.offer, d.dropped = slices.Clone(gpus), res, off, nil
+	d.gpus, d.offer, d.dropped = slices.Clone(gpus), off, nil
 	return d.publishLocked(ctx)
 }
 
@@ -217,20 +212,6 @@ func (d *Driver) publishLocked(ctx context.Context) error {
 		return fmt.Errorf("dra: publish ResourceSlice: %w", err)
 	}
 	return nil
-}
-
-// Published returns the names of the devices the last publication
-// offered.
-func (d *Driver) Published() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []string
-	for _, dev := range d.offer.Devices {
-		if !d.dropped[dev.Name] {
-			out = append(out, dev.Name)
-		}
-	}
-	return out
 }
 
 // HandleError logs errors of the kubelet plugin's background work.

@@ -23,8 +23,6 @@ type Offer struct {
 	// UUIDs maps the name of each device of the inventory, offered or
 	// withheld, to the physical device's UUID.
 	UUIDs map[string]string
-	// Shared counts the devices that several allocations may share.
-	Shared int
 }
 
 // Describe returns the Offer of the GPUs as res advertises them: a device
@@ -52,7 +50,6 @@ func Describe(gpus []partition.GPU, res timeslice.Resources) (Offer, error) {
 		}
 		if n > 1 {
 			Share(&d, n)
-			off.Shared++
 		}
 		off.Devices = append(off.Devices, d)
 	}

@@ -1,11 +1,8 @@
 package v1
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/carve-dev/carve/partition"
@@ -63,16 +60,11 @@ func (c Checkpoint) Encode() ([]byte, error) {
 // object is an error.
 func DecodeCheckpoint(data []byte) (Checkpoint, error) {
 	var c Checkpoint
-	dec := json.NewDecoder(bytes.NewReader(data))
 	// A field this agent does not know is a checkpoint it cannot resume
 	// faithfully (one a newer agent wrote): refuse it, and the caller
 	// re-plans from the GPUs as they are.
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := decodeStrict(data, &c); err != nil {
 		return Checkpoint{}, fmt.Errorf("decode checkpoint: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Checkpoint{}, errors.New("decode checkpoint: data after the JSON object")
 	}
 	if c.Version != CheckpointVersion {
 		return Checkpoint{}, fmt.Errorf("decode checkpoint: format version %d, want %d", c.Version, CheckpointVersion)

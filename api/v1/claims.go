@@ -1,11 +1,8 @@
 package v1
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 )
 
 // PreparedClaimsVersion is the format version of PreparedClaims.
@@ -65,13 +62,8 @@ func (p PreparedClaims) Encode() ([]byte, error) {
 // version, an unknown field, or anything after the object is an error.
 func DecodePreparedClaims(data []byte) (PreparedClaims, error) {
 	var p PreparedClaims
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
+	if err := decodeStrict(data, &p); err != nil {
 		return PreparedClaims{}, fmt.Errorf("decode prepared claims: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return PreparedClaims{}, errors.New("decode prepared claims: data after the JSON object")
 	}
 	if p.Version != PreparedClaimsVersion {
 		return PreparedClaims{}, fmt.Errorf("decode prepared claims: format version %d, want %d", p.Version, PreparedClaimsVersion)
