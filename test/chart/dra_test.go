@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -129,28 +128,16 @@ func readDRADoc(t *testing.T) draDocs {
 // strictly into its API type.
 func readDRAExamples(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	files, err := filepath.Glob(draExamples)
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no %s: %v", draExamples, err)
+	objs, err := harness.DecodeFiles(draExamples)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	for _, o := range objs {
+		if err := checkTyped(o); err != nil {
+			t.Errorf("%s in %s: %v", objectKey(o), draExamples, err)
 		}
-		objs, err := harness.DecodeObjects(raw)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		for _, o := range objs {
-			if err := checkTyped(o); err != nil {
-				t.Errorf("%s: %v", f, err)
-			}
-		}
-		out = append(out, objs...)
 	}
-	return out
+	return objs
 }
 
 // TestDRAExamplesAreInTheDocs: every object of configs/examples/dra/*.yaml

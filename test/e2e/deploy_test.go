@@ -147,10 +147,8 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cs := c.Clientset()
-	objects, err := harness.NewObjects(c.RESTConfig(), cs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dc := newDeployClient(ctx, t, c)
+	resource, create := dc.resource, dc.create
 	objs := renderDeploy(t)
 	renderedConfigMapMatchesExample(t, objs)
 	checkDaemonSet(t, objs)
@@ -166,23 +164,6 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	}
 	if len(objs) != 11 {
 		t.Errorf("configs/deploy renders %d objects, want 11", len(objs))
-	}
-
-	resource := func(o *unstructured.Unstructured) dynamic.ResourceInterface {
-		t.Helper()
-		r, err := objects.For(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	create := func(o *unstructured.Unstructured, dryRun bool) error {
-		opts := metav1.CreateOptions{FieldManager: "carve-e2e", FieldValidation: "Strict"}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		_, err := resource(o).Create(ctx, o.DeepCopy(), opts)
-		return err
 	}
 
 	// The Namespace first: namespaced objects, even in a dry run, need it.
@@ -490,28 +471,6 @@ func TestDeployDRAOverlay(t *testing.T) {
 	}
 }
 
-// readDRAExampleObjects decodes configs/examples/dra.
-func readDRAExampleObjects(t *testing.T) []*unstructured.Unstructured {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(draExamplesDir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no examples in %s: %v", draExamplesDir, err)
-	}
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := harness.DecodeObjects(raw)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		out = append(out, objs...)
-	}
-	return out
-}
-
 // TestDeployDRAOverlayOnAPIServer applies every object configs/deploy/dra
 // renders, and the examples of configs/examples/dra, to the real
 // kube-apiserver with a server-side dry run (schema, strict fields, the
@@ -527,27 +486,12 @@ func TestDeployDRAOverlayOnAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cs := c.Clientset()
-	objects, err := harness.NewObjects(c.RESTConfig(), cs)
+	dc := newDeployClient(ctx, t, c)
+	resource, create := dc.resource, dc.create
+	objs := renderKustomize(t, draDeployDir)
+	examples, err := harness.DecodeFiles(filepath.Join(draExamplesDir, "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	objs := renderKustomize(t, draDeployDir)
-	examples := readDRAExampleObjects(t)
-	resource := func(o *unstructured.Unstructured) dynamic.ResourceInterface {
-		t.Helper()
-		r, err := objects.For(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	create := func(o *unstructured.Unstructured, dryRun bool) error {
-		opts := metav1.CreateOptions{FieldManager: "carve-e2e", FieldValidation: "Strict"}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		_, err := resource(o).Create(ctx, o.DeepCopy(), opts)
-		return err
 	}
 
 	ns := harness.FindObject(objs, "Namespace", deployNS)
@@ -749,4 +693,41 @@ func deleteAtCleanup(t *testing.T, cs kubernetes.Interface, resource func(*unstr
 			time.Sleep(250 * time.Millisecond)
 		}
 	})
+}
+
+// deployClient creates rendered objects on the cluster's API server, each
+// through the dynamic client of its kind (found by discovery).
+type deployClient struct {
+	ctx     context.Context
+	t       *testing.T
+	objects *harness.Objects
+}
+
+func newDeployClient(ctx context.Context, t *testing.T, c *cluster.Cluster) deployClient {
+	t.Helper()
+	objects, err := harness.NewObjects(c.RESTConfig(), c.Clientset())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deployClient{ctx: ctx, t: t, objects: objects}
+}
+
+// resource is the dynamic client of o's kind; the test fails without one.
+func (d deployClient) resource(o *unstructured.Unstructured) dynamic.ResourceInterface {
+	d.t.Helper()
+	r, err := d.objects.For(o)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return r
+}
+
+// create creates o with strict field validation, or only dry-runs it.
+func (d deployClient) create(o *unstructured.Unstructured, dryRun bool) error {
+	opts := metav1.CreateOptions{FieldManager: "carve-e2e", FieldValidation: "Strict"}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err := d.resource(o).Create(d.ctx, o.DeepCopy(), opts)
+	return err
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -35,6 +37,32 @@ func DecodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
 			objs = append(objs, o)
 		}
 	}
+}
+
+// DecodeFiles decodes the objects of every file the glob pattern matches,
+// in the order of the file names; a pattern that matches nothing is an
+// error, and so is a file that cannot be read or decoded, named.
+func DecodeFiles(pattern string) ([]*unstructured.Unstructured, error) {
+	files, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("files %s: %w", pattern, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no file matches %s", pattern)
+	}
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := DecodeObjects(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, objs...)
+	}
+	return out, nil
 }
 
 // FindObject returns the object of this kind and name among objs, or nil.
