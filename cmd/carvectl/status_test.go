@@ -285,8 +285,8 @@ func TestStatusCommand(t *testing.T) {
 }
 
 // TestStatusUnreachable: status and status -w end with exit 2 and an
-// error naming the API server when nothing answers there, and with one
-// naming the kubeconfig when there is none.
+// error naming the API server and the cause when nothing answers there,
+// and with one naming the kubeconfig when there is none.
 func TestStatusUnreachable(t *testing.T) {
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	const cfg = `apiVersion: v1
@@ -307,7 +307,8 @@ users:
 	}
 	for _, args := range [][]string{{"status"}, {"status", "-w"}, {"status", "--watch", "-o", "json"}} {
 		code, _, stderr := carvectl(append(args, "--kubeconfig", kc)...)
-		if code != 2 || !strings.Contains(stderr, "https://127.0.0.1:1") {
+		// The cause, not a timeout: watching lists first, like status.
+		if code != 2 || !strings.Contains(stderr, "https://127.0.0.1:1") || !strings.Contains(stderr, "connection refused") {
 			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
 		}
 	}

@@ -118,7 +118,7 @@ func watchStatus(ctx context.Context, cs kubernetes.Interface, host string, q st
 	// The informer logs nothing: its errors come to the loop below.
 	ctx = klog.NewContext(ctx, klog.Logger{})
 	events, errs, rollouts := make(chan nodeEvent), make(chan error, 1), make(chan rolloutStatus)
-	inf := coreinformers.NewTypedFilteredNodeInformer(cs, 0, nil, func(lo *metav1.ListOptions) { lo.LabelSelector = q.selector })
+	inf := coreinformers.NewTypedFilteredNodeInformer(listThenWatch{cs}, 0, nil, func(lo *metav1.ListOptions) { lo.LabelSelector = q.selector })
 	if err := inf.SetTransform(slimNode); err != nil {
 		return fmt.Errorf("node informer: %w", err)
 	}
@@ -139,6 +139,17 @@ func watchStatus(ctx context.Context, cs kubernetes.Interface, host string, q st
 	s := &statusWatch{host: host, q: q, o: o, w: w, cs: cs, rows: map[string]nodeStatus{}}
 	return s.loop(ctx, watchSources{events: events, errs: errs, rollouts: rollouts, synced: reg.HasSynced, resourceVersion: inf.LastSyncResourceVersion})
 }
+
+// listThenWatch has the informer list and then watch instead of asking
+// for a watch-list stream: client-go retries a failed stream on its own,
+// unseen, so an unreachable API server would show only as a timeout and a
+// lost watch not at all, where a failed list reaches the watch error
+// handler, and so the user, at once.
+type listThenWatch struct{ kubernetes.Interface }
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector not to
+// stream.
+func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // nodeHandler sends each Node the informer sees to events, as its row.
 func nodeHandler(ctx context.Context, sel labels.Selector, events chan<- nodeEvent) coreinformers.NodeHandlerFuncs {

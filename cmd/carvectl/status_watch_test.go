@@ -110,7 +110,8 @@ func newWatchEnv(t *testing.T, objs ...*corev1.Node) *watchEnv {
 }
 
 // breakWatch ends the live node watch; the informer's next watch fails
-// with err once release is called.
+// with err once release is called. Until then that watch holds the fake
+// clientset's lock: change objects through e.cs.Tracker() meanwhile.
 func (e *watchEnv) breakWatch(err error) (release func()) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -248,7 +249,9 @@ func watchSteps() []watchStep {
 			t.Helper()
 			before := e.watches()
 			release := e.breakWatch(apierrors.NewResourceExpired("too old resource version"))
-			if err := e.cs.CoreV1().Nodes().Delete(context.Background(), "gpu-a", metav1.DeleteOptions{}); err != nil {
+			// Through the tracker: the fake clientset's lock is held by
+			// the informer's next watch, which waits for release.
+			if err := e.cs.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("nodes"), "", "gpu-a"); err != nil {
 				t.Fatal(err)
 			}
 			release()
