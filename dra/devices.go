@@ -47,8 +47,10 @@ const mib = 1 << 20
 // filling its GPU instance, as carve makes them) of the others. Incomplete
 // instances, and GPUs in MIG mode, are left out: no claim may be given
 // them. The names follow NVIDIA's DRA driver with the GPU's index: gpu-0,
-// and gpu-0-mig-1g10gb-19-2 (profile without dots, GPU instance profile ID,
-// first memory slice), so a name says the same geometry on every node.
+// and gpu-0-mig-1g10gb-19-2 (profile without dots, the GPU instance
+// profile ID nvidia-smi lists, first memory slice), so a name says the
+// same geometry on every node of a model. An instance of a profile the GPU
+// does not list has no known ID, and its name leaves it out.
 func Devices(gpus []partition.GPU) ([]resourceapi.Device, error) {
 	var out []resourceapi.Device
 	for _, g := range gpus {
@@ -96,7 +98,10 @@ func wholeGPU(g partition.GPU) resourceapi.Device {
 
 // migDevice describes a complete MIG device of GPU g.
 func migDevice(g partition.GPU, in partition.Instance) (resourceapi.Device, error) {
-	name := fmt.Sprintf("gpu-%d-mig-%s-%d-%d", g.Index, nameOfProfile(in.Profile), in.ProfileID, in.Placement.Start)
+	name := fmt.Sprintf("gpu-%d-mig-%s-%d-%d", g.Index, nameOfProfile(in.Profile), in.InfoID, in.Placement.Start)
+	if in.InfoID == partition.UnknownInfoID {
+		name = fmt.Sprintf("gpu-%d-mig-%s-%d", g.Index, nameOfProfile(in.Profile), in.Placement.Start)
+	}
 	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 		return resourceapi.Device{}, fmt.Errorf("GPU %d: MIG device %s at %d:%d: no device name: %q %s",
 			g.Index, in.Profile, in.Placement.Start, in.Placement.Size, name, strings.Join(errs, "; "))

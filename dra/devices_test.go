@@ -15,8 +15,8 @@ const h100 = "NVIDIA H100 80GB HBM3"
 
 // migInstance is a MIG device of the given profile and placement; complete
 // when uuid is not empty.
-func migInstance(profile string, profileID, start, size int, memMiB uint64, sms int, uuid string) partition.Instance {
-	in := partition.Instance{Profile: profile, ProfileID: profileID, Placement: partition.Placement{Start: start, Size: size},
+func migInstance(profile string, infoID, start, size int, memMiB uint64, sms int, uuid string) partition.Instance {
+	in := partition.Instance{Profile: profile, InfoID: infoID, Placement: partition.Placement{Start: start, Size: size},
 		ComputeSlices: 1, MemoryMiB: memMiB, Engines: partition.Engines{Multiprocessors: sms}}
 	if uuid != "" {
 		in.CIs = []partition.ComputeInstance{{ComputeSlices: 1, UUID: uuid}}
@@ -108,5 +108,21 @@ func TestDevicesRejectsClashes(t *testing.T) {
 	}}}
 	if _, err := Devices(gpus); err == nil || !strings.Contains(err.Error(), "gpu-0-mig-1g10gb-19-0") {
 		t.Errorf("Devices = %v, want an error naming gpu-0-mig-1g10gb-19-0", err)
+	}
+}
+
+// TestDeviceNameWithoutInfoID: an instance whose profile the GPU does not
+// list has no profile ID to name; its name leaves the ID out rather than
+// making one up.
+func TestDeviceNameWithoutInfoID(t *testing.T) {
+	gpus := []partition.GPU{{Index: 3, UUID: "GPU-a", MIGMode: partition.MIGEnabled, Instances: []partition.Instance{
+		migInstance("profile-21", partition.UnknownInfoID, 2, 1, 9856, 16, "MIG-1"),
+	}}}
+	got, err := Devices(gpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"gpu-3-mig-profile-21-2"}, names(got)); diff != "" {
+		t.Errorf("names (-want +got):\n%s", diff)
 	}
 }

@@ -83,6 +83,10 @@ var (
 	}
 )
 
+// model builds the model's catalogue entry. The InfoIDs are those
+// nvidia-smi mig -lgip lists on the A100 and the H100; the profile ID
+// follows a profile's shape (its share of memory, its compute slices, its
+// variant), so the other eight-slice models, of the same shape, share them.
 func (s eightSlice) model() Model {
 	name := func(c, g int) string { return fmt.Sprintf("%dg.%dgb", c, g) }
 	var e [7]Engines
@@ -93,13 +97,13 @@ func (s eightSlice) model() Model {
 		Key: s.key, Product: s.product, OtherProducts: s.others, PCIDeviceIDs: s.pci,
 		MemoryMiB: s.memMiB, MemorySlices: 8, ComputeSlices: 7,
 		Profiles: []GIProfile{
-			{ID: profile1Slice, Name: name(1, s.gb[0]), ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 7, Engines: e[0], Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
-			{ID: profile1SliceRev1, Name: name(1, s.gb[0]) + VariantMediaExtensions, ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 1, MediaExtensions: true, Engines: e[1], Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
-			{ID: profile1SliceRev2, Name: name(1, s.gb[1]), ComputeSlices: 1, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 4, Engines: e[2], Placements: placements(2, 0, 2, 4, 6)},
-			{ID: profile2Slice, Name: name(2, s.gb[2]), ComputeSlices: 2, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 3, Engines: e[3], Placements: placements(2, 0, 2, 4)},
-			{ID: profile3Slice, Name: name(3, s.gb[3]), ComputeSlices: 3, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 2, Engines: e[4], Placements: placements(4, 0, 4)},
-			{ID: profile4Slice, Name: name(4, s.gb[4]), ComputeSlices: 4, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 1, Engines: e[5], Placements: placements(4, 0)},
-			{ID: profile7Slice, Name: name(7, s.gb[5]), ComputeSlices: 7, MemorySlices: 8, MemoryMiB: s.mem[3], MaxCount: 1, Engines: e[6], Placements: placements(8, 0)},
+			{ID: profile1Slice, InfoID: 19, Name: name(1, s.gb[0]), ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 7, Engines: e[0], Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: profile1SliceRev1, InfoID: 20, Name: name(1, s.gb[0]) + VariantMediaExtensions, ComputeSlices: 1, MemorySlices: 1, MemoryMiB: s.mem[0], MaxCount: 1, MediaExtensions: true, Engines: e[1], Placements: placements(1, 0, 1, 2, 3, 4, 5, 6)},
+			{ID: profile1SliceRev2, InfoID: 15, Name: name(1, s.gb[1]), ComputeSlices: 1, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 4, Engines: e[2], Placements: placements(2, 0, 2, 4, 6)},
+			{ID: profile2Slice, InfoID: 14, Name: name(2, s.gb[2]), ComputeSlices: 2, MemorySlices: 2, MemoryMiB: s.mem[1], MaxCount: 3, Engines: e[3], Placements: placements(2, 0, 2, 4)},
+			{ID: profile3Slice, InfoID: 9, Name: name(3, s.gb[3]), ComputeSlices: 3, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 2, Engines: e[4], Placements: placements(4, 0, 4)},
+			{ID: profile4Slice, InfoID: 5, Name: name(4, s.gb[4]), ComputeSlices: 4, MemorySlices: 4, MemoryMiB: s.mem[2], MaxCount: 1, Engines: e[5], Placements: placements(4, 0)},
+			{ID: profile7Slice, InfoID: 0, Name: name(7, s.gb[5]), ComputeSlices: 7, MemorySlices: 8, MemoryMiB: s.mem[3], MaxCount: 1, Engines: e[6], Placements: placements(8, 0)},
 		},
 	}
 }
@@ -151,11 +155,11 @@ func a30() Model {
 		Key: "A30-24GB", Product: "NVIDIA A30", PCIDeviceIDs: []uint32{0x20B710DE},
 		MemoryMiB: 24576, MemorySlices: 4, ComputeSlices: 4,
 		Profiles: []GIProfile{
-			{ID: profile1Slice, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 4, Engines: eng(14, 1, 0, 0, 0, 0), Placements: placements(1, 0, 1, 2, 3)},
-			{ID: profile1SliceRev1, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 1, MediaExtensions: true, Engines: eng(14, 1, 1, 0, 1, 1), Placements: placements(1, 0, 1, 2, 3)},
-			{ID: profile2Slice, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 2, Engines: eng(28, 2, 2, 0, 0, 0), Placements: placements(2, 0, 2)},
-			{ID: profile2SliceRev1, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 1, MediaExtensions: true, Engines: eng(28, 2, 2, 0, 1, 1), Placements: placements(2, 0, 2)},
-			{ID: profile4Slice, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 24320, MaxCount: 1, Engines: eng(56, 4, 4, 0, 1, 1), Placements: placements(4, 0)},
+			{ID: profile1Slice, InfoID: 14, Name: "1g.6gb", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 4, Engines: eng(14, 1, 0, 0, 0, 0), Placements: placements(1, 0, 1, 2, 3)},
+			{ID: profile1SliceRev1, InfoID: 21, Name: "1g.6gb+me", ComputeSlices: 1, MemorySlices: 1, MemoryMiB: 5888, MaxCount: 1, MediaExtensions: true, Engines: eng(14, 1, 1, 0, 1, 1), Placements: placements(1, 0, 1, 2, 3)},
+			{ID: profile2Slice, InfoID: 5, Name: "2g.12gb", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 2, Engines: eng(28, 2, 2, 0, 0, 0), Placements: placements(2, 0, 2)},
+			{ID: profile2SliceRev1, InfoID: 6, Name: "2g.12gb+me", ComputeSlices: 2, MemorySlices: 2, MemoryMiB: 12032, MaxCount: 1, MediaExtensions: true, Engines: eng(28, 2, 2, 0, 1, 1), Placements: placements(2, 0, 2)},
+			{ID: profile4Slice, InfoID: 0, Name: "4g.24gb", ComputeSlices: 4, MemorySlices: 4, MemoryMiB: 24320, MaxCount: 1, Engines: eng(56, 4, 4, 0, 1, 1), Placements: placements(4, 0)},
 		},
 	}
 }
@@ -164,6 +168,7 @@ func a30() Model {
 // slices over a placement grid of 12 units (a quarter of the GPU is 3
 // units), and the variants +me, +me.all, -me and +gfx. Memory sizes are the
 // ones NVML reports (1g: 24192 MiB; 2g and 4g from nvidia-smi's GiB).
+// The InfoIDs are those nvidia-smi mig -lgip lists on a Server Edition.
 func rtxPro6000() Model {
 	const mem1, mem2, mem4 = 24192, 48512, 97408
 	// media gives a variant its share of the media engines: n decoders,
@@ -181,18 +186,18 @@ func rtxPro6000() Model {
 		e.Decoders, e.Encoders, e.JPEGs = n, n, n
 		return e
 	}
-	quarter := func(id int, variant string, maxCount int) GIProfile {
-		return GIProfile{ID: id, Name: "1g.24gb" + variant, ComputeSlices: 1, MemorySlices: 3, MemoryMiB: mem1, MaxCount: maxCount,
+	quarter := func(id, infoID int, variant string, maxCount int) GIProfile {
+		return GIProfile{ID: id, InfoID: infoID, Name: "1g.24gb" + variant, ComputeSlices: 1, MemorySlices: 3, MemoryMiB: mem1, MaxCount: maxCount,
 			MediaExtensions: variant == VariantMediaExtensions || variant == VariantAllMedia,
 			Engines:         media(Engines{Multiprocessors: 46, CopyEngines: 1}, variant, 1), Placements: placements(3, 0, 3, 6, 9)}
 	}
-	half := func(id int, variant string, maxCount int) GIProfile {
-		return GIProfile{ID: id, Name: "2g.48gb" + variant, ComputeSlices: 2, MemorySlices: 6, MemoryMiB: mem2, MaxCount: maxCount,
+	half := func(id, infoID int, variant string, maxCount int) GIProfile {
+		return GIProfile{ID: id, InfoID: infoID, Name: "2g.48gb" + variant, ComputeSlices: 2, MemorySlices: 6, MemoryMiB: mem2, MaxCount: maxCount,
 			MediaExtensions: variant == VariantAllMedia,
 			Engines:         media(Engines{Multiprocessors: 94, CopyEngines: 2}, variant, 2), Placements: placements(6, 0, 6)}
 	}
-	whole := func(id int, variant string) GIProfile {
-		return GIProfile{ID: id, Name: "4g.96gb" + variant, ComputeSlices: 4, MemorySlices: 12, MemoryMiB: mem4, MaxCount: 1,
+	whole := func(id, infoID int, variant string) GIProfile {
+		return GIProfile{ID: id, InfoID: infoID, Name: "4g.96gb" + variant, ComputeSlices: 4, MemorySlices: 12, MemoryMiB: mem4, MaxCount: 1,
 			Engines: eng(188, 4, 4, 4, 4, 1), Placements: placements(12, 0)}
 	}
 	return Model{
@@ -201,17 +206,17 @@ func rtxPro6000() Model {
 		PCIDeviceIDs:  []uint32{0x2BB510DE, 0x2BB110DE, 0x2BB410DE},
 		MemoryMiB:     97887, MemorySlices: 12, ComputeSlices: 4,
 		Profiles: []GIProfile{
-			quarter(profile1Slice, "", 4),
-			quarter(profile1SliceRev1, VariantMediaExtensions, 1),
-			quarter(profile1SliceAllME, VariantAllMedia, 1),
-			quarter(profile1SliceNoME, VariantNoMedia, 4),
-			quarter(profile1SliceGfx, VariantGraphics, 4),
-			half(profile2Slice, "", 2),
-			half(profile2SliceAllME, VariantAllMedia, 1),
-			half(profile2SliceNoME, VariantNoMedia, 2),
-			half(profile2SliceGfx, VariantGraphics, 2),
-			whole(profile4Slice, ""),
-			whole(profile4SliceGfx, VariantGraphics),
+			quarter(profile1Slice, 14, "", 4),
+			quarter(profile1SliceRev1, 21, VariantMediaExtensions, 1),
+			quarter(profile1SliceAllME, 65, VariantAllMedia, 1),
+			quarter(profile1SliceNoME, 67, VariantNoMedia, 4),
+			quarter(profile1SliceGfx, 47, VariantGraphics, 4),
+			half(profile2Slice, 5, "", 2),
+			half(profile2SliceAllME, 64, VariantAllMedia, 1),
+			half(profile2SliceNoME, 66, VariantNoMedia, 2),
+			half(profile2SliceGfx, 35, VariantGraphics, 2),
+			whole(profile4Slice, 0, ""),
+			whole(profile4SliceGfx, 32, VariantGraphics),
 		},
 	}
 }

@@ -205,6 +205,7 @@ func eightSliceFacts() []eightSliceFact {
 type profileFact struct {
 	name            string
 	id              int
+	infoID          int // as nvidia-smi mig -lgip lists it
 	compute, memory int // slices
 	max             int
 	starts          []int
@@ -230,7 +231,7 @@ func checkProfiles(t *testing.T, m Model, want []profileFact) {
 				t.Errorf("%s: %s placement size %d, want %d", m.Key, w.name, pl.Size, w.memory)
 			}
 		}
-		got := profileFact{p.Name, p.ID, p.ComputeSlices, p.MemorySlices, p.MaxCount, starts, p.MemoryMiB, p.MediaExtensions}
+		got := profileFact{p.Name, p.ID, p.InfoID, p.ComputeSlices, p.MemorySlices, p.MaxCount, starts, p.MemoryMiB, p.MediaExtensions}
 		if fmt.Sprint(got) != fmt.Sprint(w) {
 			t.Errorf("%s: profile\n got %v\nwant %v", m.Key, got, w)
 		}
@@ -253,13 +254,13 @@ func TestEightSliceModelFacts(t *testing.T) {
 			}
 			n, mem := f.names, f.mem
 			checkProfiles(t, m, []profileFact{
-				{n[0], 0, 1, 1, 7, []int{0, 1, 2, 3, 4, 5, 6}, mem[0], false},
-				{n[1], 7, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}, mem[0], true},
-				{n[2], 9, 1, 2, 4, []int{0, 2, 4, 6}, mem[1], false},
-				{n[3], 1, 2, 2, 3, []int{0, 2, 4}, mem[1], false},
-				{n[4], 2, 3, 4, 2, []int{0, 4}, mem[2], false},
-				{n[5], 3, 4, 4, 1, []int{0}, mem[2], false},
-				{n[6], 4, 7, 8, 1, []int{0}, mem[3], false},
+				{n[0], 0, 19, 1, 1, 7, []int{0, 1, 2, 3, 4, 5, 6}, mem[0], false},
+				{n[1], 7, 20, 1, 1, 1, []int{0, 1, 2, 3, 4, 5, 6}, mem[0], true},
+				{n[2], 9, 15, 1, 2, 4, []int{0, 2, 4, 6}, mem[1], false},
+				{n[3], 1, 14, 2, 2, 3, []int{0, 2, 4}, mem[1], false},
+				{n[4], 2, 9, 3, 4, 2, []int{0, 4}, mem[2], false},
+				{n[5], 3, 5, 4, 4, 1, []int{0}, mem[2], false},
+				{n[6], 4, 0, 7, 8, 1, []int{0}, mem[3], false},
 			})
 		})
 	}
@@ -280,11 +281,11 @@ func TestA30Facts(t *testing.T) {
 		t.Errorf("A30 = %+v", m)
 	}
 	checkProfiles(t, m, []profileFact{
-		{"1g.6gb", 0, 1, 1, 4, []int{0, 1, 2, 3}, 5888, false},
-		{"1g.6gb+me", 7, 1, 1, 1, []int{0, 1, 2, 3}, 5888, true},
-		{"2g.12gb", 1, 2, 2, 2, []int{0, 2}, 12032, false},
-		{"2g.12gb+me", 8, 2, 2, 1, []int{0, 2}, 12032, true},
-		{"4g.24gb", 3, 4, 4, 1, []int{0}, 24320, false},
+		{"1g.6gb", 0, 14, 1, 1, 4, []int{0, 1, 2, 3}, 5888, false},
+		{"1g.6gb+me", 7, 21, 1, 1, 1, []int{0, 1, 2, 3}, 5888, true},
+		{"2g.12gb", 1, 5, 2, 2, 2, []int{0, 2}, 12032, false},
+		{"2g.12gb+me", 8, 6, 2, 2, 1, []int{0, 2}, 12032, true},
+		{"4g.24gb", 3, 0, 4, 4, 1, []int{0}, 24320, false},
 	})
 }
 
@@ -301,17 +302,17 @@ func TestRTXPro6000Facts(t *testing.T) {
 	}
 	q, h := []int{0, 3, 6, 9}, []int{0, 6}
 	checkProfiles(t, m, []profileFact{
-		{"1g.24gb", 0, 1, 3, 4, q, 24192, false},
-		{"1g.24gb+me", 7, 1, 3, 1, q, 24192, true},
-		{"1g.24gb+me.all", 15, 1, 3, 1, q, 24192, true},
-		{"1g.24gb-me", 13, 1, 3, 4, q, 24192, false},
-		{"1g.24gb+gfx", 10, 1, 3, 4, q, 24192, false},
-		{"2g.48gb", 1, 2, 6, 2, h, 48512, false},
-		{"2g.48gb+me.all", 16, 2, 6, 1, h, 48512, true},
-		{"2g.48gb-me", 14, 2, 6, 2, h, 48512, false},
-		{"2g.48gb+gfx", 11, 2, 6, 2, h, 48512, false},
-		{"4g.96gb", 3, 4, 12, 1, []int{0}, 97408, false},
-		{"4g.96gb+gfx", 12, 4, 12, 1, []int{0}, 97408, false},
+		{"1g.24gb", 0, 14, 1, 3, 4, q, 24192, false},
+		{"1g.24gb+me", 7, 21, 1, 3, 1, q, 24192, true},
+		{"1g.24gb+me.all", 15, 65, 1, 3, 1, q, 24192, true},
+		{"1g.24gb-me", 13, 67, 1, 3, 4, q, 24192, false},
+		{"1g.24gb+gfx", 10, 47, 1, 3, 4, q, 24192, false},
+		{"2g.48gb", 1, 5, 2, 6, 2, h, 48512, false},
+		{"2g.48gb+me.all", 16, 64, 2, 6, 1, h, 48512, true},
+		{"2g.48gb-me", 14, 66, 2, 6, 2, h, 48512, false},
+		{"2g.48gb+gfx", 11, 35, 2, 6, 2, h, 48512, false},
+		{"4g.96gb", 3, 0, 4, 12, 1, []int{0}, 97408, false},
+		{"4g.96gb+gfx", 12, 32, 4, 12, 1, []int{0}, 97408, false},
 	})
 }
 

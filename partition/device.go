@@ -43,11 +43,21 @@ func (p Placement) Overlaps(q Placement) bool {
 	return p.Start < q.End() && q.Start < p.End()
 }
 
+// UnknownInfoID is GIProfile.InfoID and Instance.InfoID where the ID is
+// not known: a catalogue model whose IDs NVIDIA does not publish, or an
+// instance of a profile the device does not list.
+const UnknownInfoID = -1
+
 // GIProfile describes one GPU instance profile a device supports, as NVML's
 // GPU instance profile info and possible placements report it.
 type GIProfile struct {
 	// ID is NVML's profile ID (nvml.GPU_INSTANCE_PROFILE_*).
 	ID int `json:"id"`
+	// InfoID is the ID NVML's profile info gives the profile on this
+	// model: the one nvidia-smi mig -lgip lists and NVIDIA's DRA driver
+	// puts in device names (19 for an H100's 1g.10gb, 14 for an A30's
+	// 1g.6gb). UnknownInfoID where the catalogue does not know it.
+	InfoID int `json:"infoID"`
 	// Name is the MIG profile name, e.g. "1g.10gb" or "1g.10gb+me".
 	Name string `json:"name"`
 	// ComputeSlices is the number of compute slices (the "1g" in "1g.10gb").

@@ -25,8 +25,10 @@ type GPU struct {
 
 // Instance is one GPU instance with its compute instances.
 type Instance struct {
-	GIID      int       `json:"giID"`
-	ProfileID int       `json:"profileID"`
+	GIID      int `json:"giID"`
+	ProfileID int `json:"profileID"`
+	// InfoID is its profile's GIProfile.InfoID.
+	InfoID    int       `json:"infoID"`
 	Profile   string    `json:"profile"`
 	Placement Placement `json:"placement"`
 	// ComputeSlices is the GPU instance's compute slices.
@@ -120,9 +122,9 @@ func ReadGPU(d Device) (GPU, error) {
 		return g, wrap("GPU instances", err)
 	}
 	for _, gi := range gis {
-		in := Instance{GIID: gi.ID, ProfileID: gi.ProfileID, Placement: gi.Placement, Profile: fmt.Sprintf("profile-%d", gi.ProfileID)}
+		in := Instance{GIID: gi.ID, ProfileID: gi.ProfileID, InfoID: UnknownInfoID, Placement: gi.Placement, Profile: fmt.Sprintf("profile-%d", gi.ProfileID)}
 		if p, ok := model.ProfileByID(gi.ProfileID); ok {
-			in.Profile, in.ComputeSlices, in.MemoryMiB, in.Engines = p.Name, p.ComputeSlices, p.MemoryMiB, p.Engines
+			in.Profile, in.InfoID, in.ComputeSlices, in.MemoryMiB, in.Engines = p.Name, p.InfoID, p.ComputeSlices, p.MemoryMiB, p.Engines
 		}
 		if in.CIs, err = d.ComputeInstances(gi.ID); err != nil {
 			return g, wrap(fmt.Sprintf("compute instances of GPU instance %d", gi.ID), err)

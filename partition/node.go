@@ -103,9 +103,12 @@ func predictGPU(g GPU, m Model, p GPUPlan) GPU {
 			out.Instances = append(out.Instances, in)
 			continue
 		}
-		prof, _ := m.ProfileByID(pi.ProfileID)
+		prof, ok := m.ProfileByID(pi.ProfileID)
+		if !ok {
+			prof.InfoID = UnknownInfoID
+		}
 		out.Instances = append(out.Instances, Instance{
-			GIID: pi.GIID, ProfileID: pi.ProfileID, Profile: pi.Profile, Placement: pi.Placement,
+			GIID: pi.GIID, ProfileID: pi.ProfileID, InfoID: prof.InfoID, Profile: pi.Profile, Placement: pi.Placement,
 			ComputeSlices: prof.ComputeSlices, MemoryMiB: prof.MemoryMiB, Engines: prof.Engines,
 			CIs: []ComputeInstance{{GIID: pi.GIID, ComputeSlices: prof.ComputeSlices,
 				UUID: fmt.Sprintf("MIG-new-%d-%d", g.Index, pi.Placement.Start)}},

@@ -126,6 +126,7 @@ func (d *device) GPUInstanceProfiles() ([]partition.GIProfile, error) {
 		}
 		gp := partition.GIProfile{
 			ID:              p.id,
+			InfoID:          int(p.info.Id),
 			Name:            profileName(p),
 			ComputeSlices:   int(p.info.SliceCount),
 			MemoryMiB:       p.info.MemorySizeMB,

@@ -63,12 +63,13 @@ func TestReadInventoryMIGLayout(t *testing.T) {
 	if g.MIGMode != partition.MIGEnabled || g.PendingMIGMode != partition.MIGEnabled {
 		t.Errorf("modes %v/%v", g.MIGMode, g.PendingMIGMode)
 	}
-	// The simulator reports each profile's SMs and engines as an H100 does.
+	// The simulator reports each profile's SMs, engines and nvidia-smi
+	// profile ID as an H100 does.
 	eng4g := partition.Engines{Multiprocessors: 64, CopyEngines: 4, Decoders: 4, JPEGs: 4}
 	eng3g := partition.Engines{Multiprocessors: 60, CopyEngines: 3, Decoders: 3, JPEGs: 3}
 	want := []partition.Instance{
-		{GIID: giA.ID, ProfileID: giA.ProfileID, Profile: "4g.40gb", Placement: partition.Placement{Start: 0, Size: 4}, ComputeSlices: 4, MemoryMiB: 40448, Engines: eng4g, CIs: []partition.ComputeInstance{ciA}},
-		{GIID: giB.ID, ProfileID: giB.ProfileID, Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, ComputeSlices: 3, MemoryMiB: 40448, Engines: eng3g, CIs: []partition.ComputeInstance{ciB}},
+		{GIID: giA.ID, ProfileID: giA.ProfileID, InfoID: 5, Profile: "4g.40gb", Placement: partition.Placement{Start: 0, Size: 4}, ComputeSlices: 4, MemoryMiB: 40448, Engines: eng4g, CIs: []partition.ComputeInstance{ciA}},
+		{GIID: giB.ID, ProfileID: giB.ProfileID, InfoID: 9, Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, ComputeSlices: 3, MemoryMiB: 40448, Engines: eng3g, CIs: []partition.ComputeInstance{ciB}},
 	}
 	if !reflect.DeepEqual(g.Instances, want) {
 		t.Errorf("instances\n got %+v\nwant %+v", g.Instances, want)
