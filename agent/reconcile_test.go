@@ -1172,9 +1172,15 @@ func TestReconcileUnverifiedEntries(t *testing.T) {
 	if ops := h.mutations(); len(ops) != 0 {
 		t.Errorf("an unrealisable profile touched the GPUs: %v", ops)
 	}
-	// A model filter that selects none of the node's GPUs leaves them
-	// whole, as any entry that selects no GPU does.
-	if res := h.reconcile(f, nil, "future"); res.State != carvev1.StateSuccess || res.Labels[carvev1.LabelApplied] != "future" || res.Labels[carvev1.LabelGPUCount] != "2" {
-		t.Errorf("future on H100s: state %s, labels %v; want success with whole GPUs", res.State, res.Labels)
+	// A profile whose model filters select none of the node's GPUs is
+	// unrealisable here too, and says why, rather than whole GPUs
+	// reported as success.
+	res = h.reconcile(f, nil, "future")
+	if res.State != carvev1.StateFailed || !hasEvent(res.Events, carvev1.ReasonUnrealisable, true) ||
+		res.Err == nil || !strings.Contains(res.Err.Error(), "selects none of this node's GPUs (2 x H100-80GB): its entries are for model X300-400GB") {
+		t.Errorf("future on H100s: state %s, events %v, error %v; want failed, ProfileUnrealisable naming the models", res.State, res.Events, res.Err)
+	}
+	if ops := h.mutations(); len(ops) != 0 {
+		t.Errorf("a profile for other GPUs touched the GPUs: %v", ops)
 	}
 }

@@ -4,16 +4,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // Resolve matches a profile onto the GPUs of a node and returns one
 // Assignment per GPU, in index order. A GPU that no entry selects is a
-// whole GPU, MIG off, not shared. It is an error, reported as an *Error
+// whole GPU, MIG off, not shared; a profile with entries that selects none
+// of the node's GPUs (written for another model) is an error, not a node
+// of whole GPUs reported as done. It is also an error, reported as an *Error
 // naming the places, when an entry lists a GPU index the node lacks, when
 // two entries select one GPU, or when an entry asks MIG of a GPU that
 // cannot run it. An unknown profile is an *UnknownProfileError.
@@ -54,10 +58,51 @@ func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 		}
 		out = append(out, a)
 	}
+	if len(entries) > 0 && len(out) > 0 && !slices.ContainsFunc(out, func(a Assignment) bool { return a.Entry >= 0 }) {
+		ps.add(path, "selects none of this node's GPUs (%s): its entries are for %s; give this node a profile for its GPUs (a rule or the %s label), or add an entry for them",
+			countModels(sorted), describeModels(entries), labelProfileHint)
+	}
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// labelProfileHint names the label that pins a node's profile, for
+// messages (api/v1.LabelProfile; configs does not import the API).
+const labelProfileHint = "carve.dev/profile"
+
+// countModels counts gpus by model: "8 x A100-SXM4-40GB".
+func countModels(gpus []GPU) string {
+	var names []string
+	count := map[string]int{}
+	for _, g := range gpus {
+		n := gpuModelName(g)
+		if count[n] == 0 {
+			names = append(names, n)
+		}
+		count[n]++
+	}
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%d x %s", count[n], n)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// describeModels names the model filters of entries, once each.
+func describeModels(entries Profile) string {
+	var models []string
+	for _, e := range entries {
+		m := "GPUs without a model filter"
+		if e.Model != "" {
+			m = "model " + e.Model
+		}
+		if !slices.Contains(models, m) {
+			models = append(models, m)
+		}
+	}
+	return strings.Join(models, ", ")
 }
 
 // ProfileHash returns a stable hash of a profile's content: the first 16

@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -73,8 +74,10 @@ func TestForPlanResources(t *testing.T) {
 	if _, err := CheckFile(f, node); err != nil {
 		t.Fatalf("CheckFile: %v", err)
 	}
-	if _, err := For(f, "a100", node); err != nil {
-		t.Fatalf("an A100-only profile on an H100 node selects no GPU, so it is realisable: %v", err)
+	// An A100-only profile on an H100 node selects no GPU: it is not
+	// realisable there, rather than whole GPUs reported as done.
+	if _, err := For(f, "a100", node); err == nil || !strings.Contains(err.Error(), "selects none of this node's GPUs (2 x H100-80GB): its entries are for model A100-40GB") {
+		t.Fatalf("For(a100) on H100s = %v, want an error naming the GPUs and the entries' models", err)
 	}
 	if _, err := For(f, "nope", node); err == nil {
 		t.Fatal("an unknown profile resolved")
