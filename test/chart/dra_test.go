@@ -31,7 +31,6 @@ import (
 	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/partition"
-	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/harness"
 	"github.com/carve-dev/carve/timeslice"
 )
@@ -165,18 +164,7 @@ func TestDRAExamplesAreInTheDocs(t *testing.T) {
 // resulting GPUs and sharing described by dra.Describe.
 func docSlice(t *testing.T, f *configs.File) *resourceapi.ResourceSlice {
 	t.Helper()
-	lib, err := sim.New(docMachine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lib.Init(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lib.Shutdown() })
-	node, err := partition.ReadNode(lib)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib, node := simNode(t, docMachine)
 	st, err := desired.For(f, docProfile, node)
 	if err != nil {
 		t.Fatal(err)

@@ -50,7 +50,21 @@ func TestDefaultProfilesAreTheExample(t *testing.T) {
 	if _, err := f.Check(partition.NewGeometry(partition.Catalogue()), nil); err != nil {
 		t.Errorf("check against carve's catalogue: %v", err)
 	}
-	lib, err := sim.New("dgx-h100")
+	_, node := simNode(t, "dgx-h100")
+	unverified, err := f.Check(node.Geometry(), desired.ConfigGPUs(node))
+	if err != nil {
+		t.Errorf("check against sim:dgx-h100: %v", err)
+	}
+	if len(unverified) > 0 {
+		t.Errorf("unverified on sim:dgx-h100: %v", unverified)
+	}
+}
+
+// simNode starts a simulated machine, shut down when the test ends, and
+// reads its node.
+func simNode(t *testing.T, machine string) (*sim.Machine, partition.Node) {
+	t.Helper()
+	lib, err := sim.New(machine)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +76,5 @@ func TestDefaultProfilesAreTheExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unverified, err := f.Check(node.Geometry(), desired.ConfigGPUs(node))
-	if err != nil {
-		t.Errorf("check against sim:dgx-h100: %v", err)
-	}
-	if len(unverified) > 0 {
-		t.Errorf("unverified on sim:dgx-h100: %v", unverified)
-	}
+	return lib, node
 }
