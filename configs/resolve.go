@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/internal/textfmt"
 )
 
@@ -60,17 +61,13 @@ func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 	}
 	if len(entries) > 0 && len(out) > 0 && !slices.ContainsFunc(out, func(a Assignment) bool { return a.Entry >= 0 }) {
 		ps.add(path, "selects none of this node's GPUs (%s): its entries are for %s; give this node a profile for its GPUs (a rule or the %s label), or add an entry for them",
-			countModels(sorted), describeModels(entries), labelProfileHint)
+			countModels(sorted), describeModels(entries), carvev1.LabelProfile)
 	}
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
-
-// labelProfileHint names the label that pins a node's profile, for
-// messages (api/v1.LabelProfile; configs does not import the API).
-const labelProfileHint = "carve.dev/profile"
 
 // countModels counts gpus by model: "8 x A100-SXM4-40GB".
 func countModels(gpus []GPU) string {
