@@ -148,7 +148,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	defer cancel()
 	cs := c.Clientset()
 	dc := newDeployClient(ctx, t, c)
-	resource, create := dc.resource, dc.create
+	create := dc.create
 	objs := renderDeploy(t)
 	renderedConfigMapMatchesExample(t, objs)
 	checkDaemonSet(t, objs)
@@ -177,20 +177,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	if err := create(ns, true); err != nil {
 		t.Fatalf("dry run Namespace %s: %v", deployNS, err)
 	}
-	var created []*unstructured.Unstructured
-	deleteAtCleanup(t, cs, resource, &created)
-	if err := create(ns, false); err != nil {
-		t.Fatalf("create Namespace %s: %v", deployNS, err)
-	}
-	created = append(created, ns)
-	for _, o := range objs {
-		if o == ns {
-			continue
-		}
-		if err := create(o, true); err != nil {
-			t.Errorf("server-side dry run of %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
-		}
-	}
+	created := dryRunInNamespace(t, cs, dc, ns, objs)
 	if t.Failed() {
 		return
 	}
@@ -203,7 +190,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 		if err := create(o, false); err != nil {
 			t.Fatalf("create %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 		}
-		created = append(created, o)
+		*created = append(*created, o)
 	}
 
 	user, groups := serviceAccountUser(deployNS, deploySA)
@@ -487,7 +474,7 @@ func TestDeployDRAOverlayOnAPIServer(t *testing.T) {
 	defer cancel()
 	cs := c.Clientset()
 	dc := newDeployClient(ctx, t, c)
-	resource, create := dc.resource, dc.create
+	create := dc.create
 	objs := renderKustomize(t, draDeployDir)
 	examples, err := harness.DecodeFiles(filepath.Join(draExamplesDir, "*.yaml"))
 	if err != nil {
@@ -501,20 +488,7 @@ func TestDeployDRAOverlayOnAPIServer(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{}); err == nil {
 		t.Fatalf("namespace %s already exists; a previous run did not clean up", deployNS)
 	}
-	var created []*unstructured.Unstructured
-	deleteAtCleanup(t, cs, resource, &created)
-	if err := create(ns, false); err != nil {
-		t.Fatalf("create Namespace %s: %v", deployNS, err)
-	}
-	created = append(created, ns)
-	for _, o := range slices.Concat(objs, examples) {
-		if o == ns {
-			continue
-		}
-		if err := create(o, true); err != nil {
-			t.Errorf("server-side dry run of %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
-		}
-	}
+	created := dryRunInNamespace(t, cs, dc, ns, slices.Concat(objs, examples))
 	if t.Failed() {
 		return
 	}
@@ -531,7 +505,7 @@ func TestDeployDRAOverlayOnAPIServer(t *testing.T) {
 		if err := create(o, false); err != nil {
 			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
-		created = append(created, o)
+		*created = append(*created, o)
 	}
 
 	user, groups := serviceAccountUser(deployNS, deploySA)
@@ -697,6 +671,28 @@ func deleteAtCleanup(t *testing.T, cs kubernetes.Interface, resource func(*unstr
 
 // deployClient creates rendered objects on the cluster's API server, each
 // through the dynamic client of its kind (found by discovery).
+// dryRunInNamespace creates the Namespace ns for real, deleted when the
+// test ends with everything appended to the slice it returns, and
+// server-side dry-runs the other objects in it, reporting each refusal.
+func dryRunInNamespace(t *testing.T, cs kubernetes.Interface, dc deployClient, ns *unstructured.Unstructured, objs []*unstructured.Unstructured) *[]*unstructured.Unstructured {
+	t.Helper()
+	created := new([]*unstructured.Unstructured)
+	deleteAtCleanup(t, cs, dc.resource, created)
+	if err := dc.create(ns, false); err != nil {
+		t.Fatalf("create Namespace %s: %v", ns.GetName(), err)
+	}
+	*created = append(*created, ns)
+	for _, o := range objs {
+		if o == ns {
+			continue
+		}
+		if err := dc.create(o, true); err != nil {
+			t.Errorf("server-side dry run of %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	return created
+}
+
 type deployClient struct {
 	ctx     context.Context
 	t       *testing.T
