@@ -44,6 +44,12 @@ type Manager struct {
 	// XID on it.
 	sick map[string]sickness
 
+	// socketsMu guards listeners.
+	socketsMu sync.Mutex
+	// listeners counts the listeners started per resource name, which
+	// numbers their socket paths (nextSocket).
+	listeners map[string]uint64
+
 	// kick asks the reconcile loop of Run to check sockets and
 	// registrations now.
 	kick chan struct{}
@@ -81,6 +87,7 @@ func New(opts Options) (*Manager, error) {
 		servers:   map[string]*server{},
 		withdrawn: timeslice.IDSet{},
 		sick:      map[string]sickness{},
+		listeners: map[string]uint64{},
 		kick:      make(chan struct{}, 1),
 		watching:  make(chan struct{}),
 	}, nil
@@ -149,7 +156,7 @@ func (m *Manager) Update(ctx context.Context, res timeslice.Resources) error {
 	m.mu.Unlock()
 
 	for _, s := range fresh {
-		if err := s.register(ctx); err != nil {
+		if err := m.register(ctx, s); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -277,6 +284,41 @@ func (m *Manager) Stop() {
 	}
 }
 
+// nextSocket returns the socket path for the next listener of a resource.
+// The first listener of a resource in this process is on SocketName; each
+// later one (after its socket was deleted, the resource came back, or the
+// kubelet refused the path) on a path of its own (listenerSocketName). The
+// kubelet keys device-plugin endpoints by socket path, and a path it
+// still holds from the listener before would be refused (see held).
+func (m *Manager) nextSocket(resource string) string {
+	m.socketsMu.Lock()
+	defer m.socketsMu.Unlock()
+	n := m.listeners[resource]
+	m.listeners[resource] = n + 1
+	return filepath.Join(m.opts.DevicePluginDir, listenerSocketName(resource, n))
+}
+
+// removeStaleSockets removes carve's socket files in the device-plugin
+// directory that are not this Manager's and that nothing answers on: those
+// an earlier agent process left when it was killed. The kubelet removes
+// them only when it starts.
+func (m *Manager) removeStaleSockets() {
+	paths, err := filepath.Glob(filepath.Join(m.opts.DevicePluginDir, "carve-*.sock"))
+	if err != nil {
+		return // only a malformed pattern fails, and this one is fixed
+	}
+	for _, p := range paths {
+		if m.isServerSocket(p) || answers(p, m.opts.Timeout) {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			m.log.Error("remove stale device plugin socket", "socket", p, "err", err)
+			continue
+		}
+		m.log.Info("removed stale device plugin socket", "socket", p)
+	}
+}
+
 // poke wakes the reconcile loop.
 func (m *Manager) poke() {
 	select {
@@ -309,6 +351,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("watch device plugin dir %s: %w", m.opts.DevicePluginDir, err)
 	}
 	m.watchingOnce.Do(func() { close(m.watching) })
+	m.removeStaleSockets()
 	// Catch up with whatever happened before the watch started.
 	m.poke()
 	var wg sync.WaitGroup
@@ -361,7 +404,7 @@ func (m *Manager) isServerSocket(path string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range m.servers {
-		if s.socket == path {
+		if s.socketPath() == path {
 			return true
 		}
 	}
@@ -400,16 +443,32 @@ func (m *Manager) reconcile(ctx context.Context) {
 			return
 		}
 		if !s.socketIntact() {
-			m.log.Info("device plugin socket gone; restarting server", "resource", s.resource, "socket", s.socket)
+			m.log.Info("device plugin socket gone; restarting server", "resource", s.resource, "socket", s.socketPath())
 			if err := s.restart(); err != nil {
 				m.log.Error("restart device plugin server", "resource", s.resource, "err", err)
 				continue
 			}
 		}
 		if kubelet != nil && s.needsRegistration(kubelet) {
-			if err := s.register(ctx); err != nil {
+			if err := m.register(ctx, s); err != nil {
 				m.log.Error("register device plugin", "resource", s.resource, "err", err)
 			}
 		}
 	}
+}
+
+// register registers a server with the kubelet. When the kubelet refuses
+// the server's socket path because it holds an endpoint there still, the
+// server moves to a new path and registers from there.
+func (m *Manager) register(ctx context.Context, s *server) error {
+	err := s.register(ctx)
+	if !errors.Is(err, errEndpointHeld) {
+		return err
+	}
+	old := s.socketPath()
+	if err := s.restart(); err != nil {
+		return err
+	}
+	m.log.Warn("the kubelet holds an endpoint at the old socket still; serving on a new socket", "resource", s.resource, "old", old, "socket", s.socketPath())
+	return s.register(ctx)
 }

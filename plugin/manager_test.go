@@ -168,6 +168,130 @@ func TestNUMAHints(t *testing.T) {
 	}
 }
 
+// TestListenerSocketName: a resource's first listener is on SocketName;
+// later ones on names no listener of any resource has.
+func TestListenerSocketName(t *testing.T) {
+	tests := []struct {
+		resource string
+		n        uint64
+		want     string
+	}{
+		{"nvidia.com/gpu", 0, "carve-nvidia.com_gpu.sock"},
+		{"nvidia.com/gpu", 1, "carve-nvidia.com_gpu+1.sock"},
+		{"nvidia.com/mig-1g.10gb", 12, "carve-nvidia.com_mig-1g.10gb+12.sock"},
+		// A resource whose name looks like a later listener's does not
+		// take that listener's name.
+		{"nvidia.com/gpu+1", 0, "carve-nvidia.com_gpu_1.sock"},
+	}
+	for _, tt := range tests {
+		if got := listenerSocketName(tt.resource, tt.n); got != tt.want {
+			t.Errorf("listenerSocketName(%q, %d) = %q, want %q", tt.resource, tt.n, got, tt.want)
+		}
+	}
+}
+
+// TestHeldEndpointMovesSocket: when the kubelet refuses a socket path it
+// still holds an endpoint at ("device plugin already connected", which
+// kubelet 1.37 can keep for good), the server moves to a new path and
+// registers from there; Update succeeds and the old path is gone.
+func TestHeldEndpointMovesSocket(t *testing.T) {
+	e := newEnv(t, Options{RetryInterval: time.Hour}, false)
+	first := SocketName(migRes)
+	e.kubelet.mu.Lock()
+	e.kubelet.held = map[string]bool{first: true}
+	e.kubelet.mu.Unlock()
+
+	e.update(t, timeslice.Resources{migRes: migDevs(0, "1g.10gb", 1, 7, 8)})
+	p := e.kubelet.plugin(t, migRes, msgWait)
+	if want := listenerSocketName(migRes, 1); p.endpoint != want {
+		t.Errorf("registered endpoint %q, want %q", p.endpoint, want)
+	}
+	if got := idsOf(p.next(t, msgWait)); len(got) != 2 {
+		t.Errorf("list %v, want 2 devices", got)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, first)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("refused socket %s: %v, want it removed", first, err)
+	}
+}
+
+// TestReturningResourceNewSocket: a resource that vanishes and comes back
+// is served on a new path, which a kubelet still holding the endpoint of
+// the first listener cannot refuse.
+func TestReturningResourceNewSocket(t *testing.T) {
+	e := newEnv(t, Options{RetryInterval: time.Hour}, false)
+	res := timeslice.Resources{migRes: migDevs(0, "1g.10gb", 1, 7)}
+	e.update(t, res)
+	e.kubelet.plugin(t, migRes, msgWait).next(t, msgWait)
+	e.update(t, timeslice.Resources{})
+	e.kubelet.mu.Lock()
+	e.kubelet.held = map[string]bool{SocketName(migRes): true}
+	e.kubelet.mu.Unlock()
+	e.update(t, res)
+	reqs := e.kubelet.requests()
+	var got []string
+	for _, r := range reqs {
+		got = append(got, r.Endpoint)
+	}
+	if diff := cmp.Diff([]string{SocketName(migRes), listenerSocketName(migRes, 1)}, got); diff != "" {
+		t.Errorf("registered endpoints (-want +got):\n%s", diff)
+	}
+}
+
+// TestStaleSocketsRemoved: Run removes carve sockets nothing answers on
+// (left by a killed agent) and keeps those a live process serves and
+// every other file.
+func TestStaleSocketsRemoved(t *testing.T) {
+	dir := shortTempDir(t)
+	stale := filepath.Join(dir, listenerSocketName(migRes, 3))
+	ln, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	live := filepath.Join(dir, SocketName("example.com/other"))
+	ln2, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln2.Close() })
+	go func() {
+		for {
+			c, err := ln2.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	other := filepath.Join(dir, "someone-else.sock")
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Options{DevicePluginDir: dir, Logger: discardLogger(), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	eventually(t, 5*time.Second, "stale socket removed", func() bool {
+		_, err := os.Stat(stale)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	for _, p := range []string{live, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v, want it kept", filepath.Base(p), err)
+		}
+	}
+}
+
 func TestVanishedResourceStops(t *testing.T) {
 	e := newEnv(t, Options{}, false)
 	e.update(t, timeslice.Resources{
@@ -263,7 +387,11 @@ func TestOwnSocketDeletedRestarts(t *testing.T) {
 	if got := idsOf(p.next(t, msgWait)); !reflect.DeepEqual(got, []string{"GPU-0", "GPU-1"}) {
 		t.Errorf("list after restart %v", got)
 	}
-	if _, err := os.Stat(e.socket(carvev1.GPUResource)); err != nil {
+	// The new listener is on a path of its own, the one it registered.
+	if want := listenerSocketName(carvev1.GPUResource, 1); p.endpoint != want {
+		t.Errorf("registered endpoint %q, want %q", p.endpoint, want)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, p.endpoint)); err != nil {
 		t.Errorf("socket not recreated: %v", err)
 	}
 	select {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -66,7 +65,6 @@ type server struct {
 
 	m        *Manager
 	resource string
-	socket   string // full path
 
 	// regMu serialises registrations of this server.
 	regMu sync.Mutex
@@ -89,6 +87,9 @@ type server struct {
 	streams map[*stream]struct{}
 	// progress is closed and replaced whenever a stream sends or ends.
 	progress chan struct{}
+	// socket is the path of the current (or last) listener's socket; it
+	// changes only in startLocked, with lifeMu held too.
+	socket string
 	// grpc and sockInfo belong to the listener now serving; nil when
 	// stopped.
 	grpc     *grpc.Server
@@ -108,7 +109,6 @@ func newServer(m *Manager, resource string) *server {
 	return &server{
 		m:        m,
 		resource: resource,
-		socket:   filepath.Join(m.opts.DevicePluginDir, SocketName(resource)),
 		streams:  map[*stream]struct{}{},
 		progress: make(chan struct{}),
 		known:    map[string]timeslice.Device{},
@@ -184,25 +184,21 @@ func listResponse(adv []advertised) *pluginapi.ListAndWatchResponse {
 	return resp
 }
 
-// claimSocket makes the socket path free for this server: a socket another
-// live process answers on is an error; a stale file is removed.
-func (s *server) claimSocket() error {
-	if _, err := os.Lstat(s.socket); errors.Is(err, os.ErrNotExist) {
+// claimSocket makes path free for a listener: a socket another live
+// process answers on is an error; a stale file is removed.
+func (s *server) claimSocket(path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	} else if err != nil {
-		return fmt.Errorf("socket %s: %w", s.socket, err)
+		return fmt.Errorf("socket %s: %w", path, err)
 	}
-	// No caller context reaches here (start has none); the dial is bounded
-	// by the timeout.
-	conn, err := net.DialTimeout("unix", s.socket, s.m.opts.Timeout) //nolint:noctx // see above
-	if err == nil {
-		_ = conn.Close()
-		return fmt.Errorf("socket %s is served by another live process; refusing to replace it", s.socket)
+	if answers(path, s.m.opts.Timeout) {
+		return fmt.Errorf("socket %s is served by another live process; refusing to replace it", path)
 	}
-	if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket %s: %w", s.socket, err)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
-	s.m.log.Info("removed stale device plugin socket", "socket", s.socket)
+	s.m.log.Info("removed stale device plugin socket", "socket", path)
 	return nil
 }
 
@@ -214,32 +210,34 @@ func (s *server) start() error {
 }
 
 // startLocked is start with lifeMu held; no earlier listener may serve.
+// Every listener gets a socket path of its own (Manager.nextSocket).
 func (s *server) startLocked() error {
-	if err := s.claimSocket(); err != nil {
+	path := s.m.nextSocket(s.resource)
+	if err := s.claimSocket(path); err != nil {
 		return err
 	}
 	// Mode SocketMode from the start; removed by stop, and only while it
 	// is still ours.
-	ln, err := listenSocket(s.socket)
+	ln, err := listenSocket(path)
 	if err != nil {
 		return err
 	}
-	info, err := os.Stat(s.socket)
+	info, err := os.Stat(path)
 	if err != nil {
 		_ = ln.Close()
-		return fmt.Errorf("stat %s: %w", s.socket, err)
+		return fmt.Errorf("stat %s: %w", path, err)
 	}
 	g := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(g, s)
 	s.mu.Lock()
-	s.grpc, s.sockInfo, s.registered, s.stopped = g, info, false, false
+	s.socket, s.grpc, s.sockInfo, s.registered, s.stopped = path, g, info, false, false
 	s.mu.Unlock()
 	go func() {
 		if err := g.Serve(ln); err != nil {
-			s.m.log.Error("device plugin server ended", "resource", s.resource, "socket", s.socket, "err", err)
+			s.m.log.Error("device plugin server ended", "resource", s.resource, "socket", path, "err", err)
 		}
 	}()
-	s.m.log.Info("device plugin server started", "resource", s.resource, "socket", s.socket)
+	s.m.log.Info("device plugin server started", "resource", s.resource, "socket", path)
 	return nil
 }
 
@@ -253,7 +251,7 @@ func (s *server) stop(final bool) {
 
 func (s *server) stopLocked(final bool) {
 	s.mu.Lock()
-	g, info := s.grpc, s.sockInfo
+	g, info, path := s.grpc, s.sockInfo, s.socket
 	s.grpc, s.sockInfo, s.registered = nil, nil, false
 	if final {
 		s.stopped = true
@@ -263,19 +261,19 @@ func (s *server) stopLocked(final bool) {
 		return
 	}
 	g.Stop()
-	if cur, err := os.Lstat(s.socket); err == nil && sameFile(cur, info) {
-		if err := os.Remove(s.socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-			s.m.log.Error("remove device plugin socket", "socket", s.socket, "err", err)
+	if cur, err := os.Lstat(path); err == nil && sameFile(cur, info) {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.m.log.Error("remove device plugin socket", "socket", path, "err", err)
 		}
 	}
-	s.m.log.Info("device plugin server stopped", "resource", s.resource, "socket", s.socket)
+	s.m.log.Info("device plugin server stopped", "resource", s.resource, "socket", path)
 }
 
 // socketIntact reports whether the server is serving and its socket file
 // is still the one it listens on.
 func (s *server) socketIntact() bool {
 	s.mu.Lock()
-	info, stopped := s.sockInfo, s.stopped
+	info, stopped, path := s.sockInfo, s.stopped, s.socket
 	s.mu.Unlock()
 	if stopped {
 		return true // nothing to restore
@@ -283,7 +281,7 @@ func (s *server) socketIntact() bool {
 	if info == nil {
 		return false
 	}
-	cur, err := os.Lstat(s.socket)
+	cur, err := os.Lstat(path)
 	return err == nil && sameFile(cur, info)
 }
 
@@ -294,7 +292,15 @@ func sameFile(a, b os.FileInfo) bool {
 	return os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }
 
-// restart replaces the listener after the socket file went away.
+// socketPath returns the path of the current (or last) listener's socket.
+func (s *server) socketPath() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.socket
+}
+
+// restart replaces the listener, on a new socket path, after the socket
+// file went away or the kubelet refused the endpoint.
 func (s *server) restart() error {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
@@ -355,7 +361,7 @@ func (s *server) register(ctx context.Context) error {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
 	s.mu.Lock()
-	g, gen, done := s.grpc, s.regGen, s.registered
+	g, gen, done, path := s.grpc, s.regGen, s.registered, s.socket
 	s.mu.Unlock()
 	if g == nil || done {
 		return nil // stopped meanwhile, or registered by a concurrent call
@@ -365,7 +371,7 @@ func (s *server) register(ctx context.Context) error {
 	defer cancel()
 	req := &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
-		Endpoint:     filepath.Base(s.socket),
+		Endpoint:     filepath.Base(path),
 		ResourceName: s.resource,
 		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
 	}
@@ -376,6 +382,9 @@ func (s *server) register(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		if info, err = registerOnce(ctx, kubelet, req); err == nil {
 			break
+		}
+		if held(err) {
+			return fmt.Errorf("register %s (socket %s) with kubelet %s: %w: %w", s.resource, req.Endpoint, kubelet, errEndpointHeld, err)
 		}
 		if attempt >= 4 || ctx.Err() != nil {
 			return fmt.Errorf("register %s (socket %s) with kubelet %s: %w", s.resource, req.Endpoint, kubelet, err)

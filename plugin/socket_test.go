@@ -48,7 +48,7 @@ func TestSocketMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{DefaultKubeletSocket: true, SocketName(carvev1.GPUResource): true, SocketName(migRes): true}
+	want := map[string]bool{DefaultKubeletSocket: true, listenerSocketName(carvev1.GPUResource, 1): true, SocketName(migRes): true}
 	for _, en := range entries {
 		if !want[en.Name()] {
 			t.Errorf("left in the device-plugin directory: %s", en.Name())

@@ -56,6 +56,9 @@ type stubKubelet struct {
 	conns   []*grpc.ClientConn
 	// reject makes Register fail.
 	reject bool
+	// held are endpoints whose registrations are refused as the kubelet
+	// refuses a path it still holds an endpoint at.
+	held map[string]bool
 }
 
 // stubPlugin is the kubelet's side of one registered plugin.
@@ -97,10 +100,13 @@ func (k *stubKubelet) stop() {
 
 func (k *stubKubelet) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	k.mu.Lock()
-	reject := k.reject
+	reject, held := k.reject, k.held[req.Endpoint]
 	k.mu.Unlock()
 	if reject {
 		return nil, errors.New("stub kubelet rejects registrations")
+	}
+	if held {
+		return nil, fmt.Errorf("device plugin already connected: %s", filepath.Join(k.dir, req.Endpoint))
 	}
 	if req.Version != pluginapi.Version {
 		return nil, fmt.Errorf("unsupported version %q", req.Version)
@@ -381,7 +387,17 @@ func (e *env) update(t testing.TB, res timeslice.Resources) {
 	}
 }
 
-func (e *env) socket(resource string) string { return filepath.Join(e.dir, SocketName(resource)) }
+// socket returns the socket path of a resource's current listener, or,
+// when the resource has no server, the path of its first listener.
+func (e *env) socket(resource string) string {
+	e.m.mu.Lock()
+	s := e.m.servers[resource]
+	e.m.mu.Unlock()
+	if s == nil {
+		return filepath.Join(e.dir, SocketName(resource))
+	}
+	return s.socketPath()
+}
 
 // dialPlugin connects to a plugin's socket as the kubelet would.
 func dialPlugin(t testing.TB, path string) pluginapi.DevicePluginClient {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -236,6 +237,29 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7, gpu: 21})
+	})
+
+	// A resource that goes and at once comes back is registered again at
+	// once, before the kubelet may have noticed the old server's stream
+	// end. On the old server's socket path kubelet 1.37 can then refuse
+	// the path for good ("device plugin already connected").
+	t.Run("a resource that goes and comes back at once is registered each time", func(t *testing.T) {
+		res := expand(t, gpus, 3)
+		without := maps.Clone(res)
+		delete(without, mig1g)
+		for i := range 10 {
+			if err := mgr.Update(ctx, without); err != nil {
+				t.Fatalf("round %d, without %s: %v", i, mig1g, err)
+			}
+			if err := mgr.Update(ctx, res); err != nil {
+				t.Fatalf("round %d, with %s again: %v", i, mig1g, err)
+			}
+		}
+		waitAllocatable(ctx, t, cs, c.NodeName(), map[string]int64{mig1g: 7, gpu: 21})
+		createPod(ctx, t, cs, harness.DevicePod("after-flap", mig1g, 1, 0))
+		if got := terminationMessage(ctx, t, cs, "after-flap"); !strings.HasPrefix(got, "MIG-") {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES = %q, want one MIG device of the last server", got)
+		}
 	})
 
 	t.Run("after a kubelet restart the plugin re-registers", func(t *testing.T) {
