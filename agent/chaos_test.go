@@ -244,21 +244,21 @@ func opsToTry(n int) []int {
 // Scenario names and what each checks, as docs/reliability.md shows them.
 const (
 	scenarioNVMLWrite = "NVML failure at every operation (agent package)"
-	checkedNVMLWrite  = "For each transition of the reference suite (internal/transitions) and each operation k of its apply, " +
-		"the NVML call of operation k fails once (the simulator's fault injection). The pass must end in state failed " +
+	checkedNVMLWrite  = "For each transition of carve's reference suite of repartitions and each operation k of its apply, " +
+		"the NVML call of operation k fails once (the simulated GPUs fail it on request). The pass must end in state failed " +
 		"with a Warning ApplyFailed Event and a retry asked for, having done exactly the k-1 operations before it; the instances " +
 		"both geometries hold must keep their UUIDs and stay advertised, no instance may be in neither geometry, and the " +
 		"checkpoint must record k-1 operations. The next pass must converge to exactly the layout and resources of an " +
 		"uninterrupted apply, making only the calls left (no instance destroyed and re-made), and remove the checkpoint."
 	scenarioNVMLRead = "NVML read failure during an apply (agent package)"
-	checkedNVMLRead  = "As in the NVML failure at every operation, but the call that fails once is a read: GPUInstances, the applier's check of the instance " +
+	checkedNVMLRead  = "As in the NVML failure at every operation, but the call that fails once is a read: GPUInstances, the agent's check of the instance " +
 		"an operation k destroys or completes (the pass must end failed after k-1 operations, without making call k), and " +
-		"DeviceCount, the inventory read after the last operation (the pass must return an error, which the controller " +
+		"DeviceCount, the inventory read after the last operation (the pass must return an error, which the agent " +
 		"retries with its backoff, the checkpoint recording every operation). Nothing may be lost, and the next pass must " +
 		"converge to exactly an uninterrupted apply's layout with only the calls left."
 	scenarioCrash = "Agent killed after every operation (agent package)"
 	checkedCrash  = "For each transition of the suite and each operation k, the apply stops right after operation k is done and " +
-		"checkpointed (Hooks.AfterOp, as a kill there), and a fresh Reconciler (a restarted agent) starts from the checkpoint " +
+		"checkpointed, as if the agent were killed there, and a restarted agent starts from the checkpoint " +
 		"and the node record written before the apply. The checkpoint must record k operations; the restarted agent must " +
 		"report ResumingApply, make exactly the calls an uninterrupted apply makes after its k-th, converge to its layout and " +
 		"resources, keep the instances both geometries hold, and remove the checkpoint."

@@ -146,8 +146,8 @@ func WriteReport(w io.Writer, recs []Record, info Info) error {
 	scenarios, total := Summarise(recs)
 	var b strings.Builder
 	b.WriteString("# Reliability: what `make chaos` tried\n\n")
-	b.WriteString("Written by `make chaos` (test/cmd/carve-chaos) from the records of its runs ")
-	b.WriteString("(internal/chaos); do not edit by hand. Every case is also a test assertion: a case that did not ")
+	b.WriteString("Written by `make chaos` from the records of its runs; ")
+	b.WriteString("do not edit by hand. Every case is also a test assertion: a case that did not ")
 	b.WriteString("survive failed `make chaos`. \"Lost\" counts the cases that lost something (an instance a pod held or ")
 	b.WriteString("both geometries hold, an orphan instance, a checkpoint, a device the kubelet dropped); it must be 0.\n\n")
 	writeInfo(&b, info, total)
@@ -159,6 +159,7 @@ func WriteReport(w io.Writer, recs []Record, info Info) error {
 	for _, s := range scenarios {
 		writeScenario(&b, s)
 	}
+	b.WriteString("\nDevelopers: see [internals/reliability.md](internals/reliability.md).\n")
 	_, err := io.WriteString(w, b.String())
 	if err != nil {
 		return fmt.Errorf("write chaos report: %w", err)

@@ -74,7 +74,7 @@ func TestWriteReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "# Reliability: what `make chaos` tried\n\n" +
-		"Written by `make chaos` (test/cmd/carve-chaos) from the records of its runs (internal/chaos); do not edit by hand. " +
+		"Written by `make chaos` from the records of its runs; do not edit by hand. " +
 		"Every case is also a test assertion: a case that did not survive failed `make chaos`. \"Lost\" counts the cases that lost " +
 		"something (an instance a pod held or both geometries hold, an orphan instance, a checkpoint, a device the kubelet dropped); it must be 0.\n\n" +
 		"- Date: 2026-03-02 12:30 UTC\n" +
@@ -96,7 +96,8 @@ func TestWriteReport(t *testing.T) {
 		"| **total** | **2** | **0** | **1** |\n" +
 		"\nCases that did not survive or lost something:\n\n" +
 		"- a | b (killed): did not converge: layout x\n" +
-		"- c (killed): instance GPU 0 1g.10gb@0:1\n"
+		"- c (killed): instance GPU 0 1g.10gb@0:1\n" +
+		"\nDevelopers: see [internals/reliability.md](internals/reliability.md).\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)
 	}

@@ -654,7 +654,7 @@ func opPlace(k, n int) string {
 func TestChaosKubeletRestartMidApply(t *testing.T) {
 	c := suite.Cluster(t)
 	describeScenario(t, scenarioKubeletRestart, "The agent, in process, applies a MIG change on two simulated H100s at the pace of real GPUs "+
-		"(sim.RealisticLatency) while a pod holds one of its 1g.10gb devices. The apply is held after op k, the kubelet stopped, the apply let go on "+
+		"(`--sim-latency realistic`) while a pod holds one of its 1g.10gb devices. The apply is held after op k, the kubelet stopped, the apply let go on "+
 		"and the kubelet started again. "+applyChecks)
 	ctx := testCtx(t, 20*time.Minute)
 	e := newApplyChaos(ctx, t, c, "chaos-kubelet")

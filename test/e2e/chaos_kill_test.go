@@ -425,10 +425,10 @@ func killPlan() []killTransition {
 
 const (
 	scenarioKill = "carve-agent killed at every operation (process, local cluster)"
-	checkedKill  = "The carve-agent binary (built with the carve_testhooks tag) runs against the local cluster on a simulated machine " +
+	checkedKill  = "The carve-agent binary (a test build with a fault hook, never shipped) runs against the local cluster on a simulated machine " +
 		"kept in a file, from the start of a transition of the reference suite, and is ended after operation k: it exits " +
-		"right after operation k is checkpointed (CARVE_FAULT_EXIT_AFTER_OPS), or gets SIGKILL as soon as the simulator's op " +
-		"journal shows operation k (every operation taking 100 ms, so the kill lands before or after its checkpoint but " +
+		"right after operation k is checkpointed (the test hook), or gets SIGKILL as soon as the simulated GPUs' journal of " +
+		"operations shows operation k (every operation taking 100 ms, so the kill lands before or after its checkpoint but " +
 		"before operation k+1). The checkpoint must record the operations done; restarted, the agent must report " +
 		"ResumingApply, reach state success, make between the two runs exactly the NVML calls of an uninterrupted apply " +
 		"(the restart only those left: nothing destroyed and re-made), hold exactly its layout (MIG device UUIDs included), " +

@@ -149,7 +149,7 @@ func reconcilesEnded(t *testing.T, reg *prometheus.Registry, result string) floa
 
 const (
 	scenarioNVMLBackoff = "NVML failure lasting several calls (carve-agent on the local cluster)"
-	checkedNVMLBackoff  = "The agent as carve-agent runs it (agent.New, the device plugin registered with the local kubelet) " +
+	checkedNVMLBackoff  = "The agent, set up as carve-agent sets it up (its device plugin registered with the local kubelet), " +
 		"on a simulated H100 pair realising H100-80GB:full->all-1g of the reference suite, with SetMIGMode failing on " +
 		"that many calls in a row. Each pass must end failed (the node's carve.dev/state goes failed, a Warning ApplyFailed " +
 		"Event, carve_agent_reconciles_total{result=\"failed\"} counts them), the retries must come with a growing " +

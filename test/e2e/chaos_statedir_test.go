@@ -31,7 +31,7 @@ import (
 
 const (
 	scenarioStateDirRoot = "State directory unusable (carve-agent on the local cluster, as root)"
-	checkedStateDirRoot  = "The agent (agent.New, as carve-agent runs it) is stopped in the middle of an apply of " +
+	checkedStateDirRoot  = "The agent (set up as carve-agent sets it up) is stopped in the middle of an apply of " +
 		"H100-80GB:balanced->halves, its state directory holding the checkpoint; then the directory is made unusable in " +
 		"ways that stop root too (chmod does not): remounted read-only (a bind mount), or a 64 KiB tmpfs filled up. " +
 		"Restarted, the agent must report the interrupted apply, end in state failed with a Warning ApplyFailed Event " +
