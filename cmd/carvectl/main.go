@@ -18,6 +18,8 @@ Usage:
   carvectl status   [--kubeconfig PATH] [--selector k=v] [-o table|json] [-w|--watch]
   carvectl import   mig-parted -f config.yaml [--device-plugin-config dp.yaml ...]
                     [--device-plugin-default NAME]
+  carvectl prune    [--kubeconfig PATH] [--selector k=v | --node NAME] [--dry-run] [--force]
+                    (after uninstalling: removes carve's node labels and annotation)
 
 Simulated machines: sim:dgx-a100, sim:dgx-a100-80, sim:dgx-h100, sim:hgx-h200,
 sim:a30x4, or a list such as sim:h100-80gb*2,a100-40gb*1.
@@ -54,8 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return runWith(args, stdout, stderr, newStatusClient)
 }
 
-// runWith is run with the Kubernetes client factory of carvectl status
-// given, so tests can use a fake API.
+// runWith is run with the Kubernetes client factory of carvectl status and
+// prune given, so tests can use a fake API.
 func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -73,6 +75,8 @@ func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc
 		err = runStatus(args[1:], stdout, stderr, newClient)
 	case "import":
 		err = runImport(args[1:], stdout, stderr)
+	case "prune":
+		err = runPrune(args[1:], stdout, stderr, newClient)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -51,7 +51,8 @@ func onlyInKustomize() map[string]string {
 }
 
 // TestSameAsKustomize renders configs/deploy, configs/deploy/gpu-operator and
-// configs/deploy/dra with kustomize, and the chart with values stating the same settings, and
+// configs/deploy/dra with kustomize, each with configs/deploy/profiles (the
+// sample profiles an install creates once), and the chart with values stating the same settings, and
 // requires every object to be equal after removing the labels of
 // labelNormalisations; the only objects allowed in one of them only are
 // onlyInKustomize's. A change to either side that makes them differ fails.
@@ -67,6 +68,13 @@ func TestSameAsKustomize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// An install with kustomize creates the sample profiles
+			// apart, once; the chart's install renders them.
+			profiles, err := renderKustomize("../../configs/deploy/profiles")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, profiles...)
 			got := mustRender(t, ch, readValues(t, tc.values))
 			wantByKey, gotByKey := byKey(t, want), byKey(t, got)
 			for _, o := range slices.Concat(want, got) {

@@ -16,8 +16,8 @@ import (
 // exampleProfiles is the profile file the chart's ConfigMap holds by default.
 const exampleProfiles = "../../configs/examples/profiles.yaml"
 
-// TestDefaultProfilesAreTheExample: with default values the chart's
-// ConfigMap holds configs/examples/profiles.yaml byte for byte under the key
+// TestDefaultProfilesAreTheExample: with default values, on an install
+// into a namespace without the ConfigMap, the chart's ConfigMap holds configs/examples/profiles.yaml byte for byte under the key
 // profiles.yaml and nothing else, and the file passes what `carvectl
 // validate` checks, against every model carve knows and against a
 // simulated DGX H100 (`--gpus sim:dgx-h100`).
@@ -39,7 +39,7 @@ func TestDefaultProfilesAreTheExample(t *testing.T) {
 		t.Fatalf("ConfigMap data: found %v, %v", found, err)
 	}
 	if len(data) != 1 || data["profiles.yaml"] != string(want) {
-		t.Fatalf("ConfigMap data has keys %d, profiles.yaml equal to %s: %v; values.yaml's profiles.data must be that file, indented",
+		t.Fatalf("ConfigMap data has keys %d, profiles.yaml equal to %s: %v; charts/carve/files/profiles.yaml must be a copy of that file",
 			len(data), exampleProfiles, data["profiles.yaml"] == string(want))
 	}
 

@@ -33,6 +33,7 @@ import (
 
 const (
 	deployDir      = "../../configs/deploy"
+	profilesDir    = deployDir + "/profiles"
 	exampleProfile = "../../configs/examples/profiles.yaml"
 	deployNS       = "carve-system"
 	deploySA       = "carve-agent"
@@ -40,11 +41,13 @@ const (
 	metricsService = "carve-agent-metrics"
 )
 
-// renderDeploy renders configs/deploy as `kubectl apply -k` would, with the
-// kubectl the test cluster was built with.
+// renderDeploy renders what an install with kustomize creates, as
+// `kubectl apply -k configs/deploy` and `kubectl create -k
+// configs/deploy/profiles` would, with the kubectl the test cluster was
+// built with: the agent's objects and the sample profile ConfigMap.
 func renderDeploy(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	return renderKustomize(t, deployDir)
+	return append(renderKustomize(t, deployDir), renderKustomize(t, profilesDir)...)
 }
 
 // renderKustomize renders a kustomization directory as `kubectl apply -k`
@@ -77,21 +80,21 @@ func renderKustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 }
 
 // TestDeployConfigMapMatchesExample: the sample ConfigMap's source,
-// configs/deploy/base/profiles.yaml (kustomize loads no file outside its
-// directory), is configs/examples/profiles.yaml byte for byte, so the two
-// cannot drift. Needs no cluster; TestDeployManifestsOnAPIServer checks the
-// rendered ConfigMap too.
+// configs/deploy/profiles/profiles.yaml (kustomize loads no file outside
+// its directory), is configs/examples/profiles.yaml byte for byte, so the
+// two cannot drift. Needs no cluster; TestDeployManifestsOnAPIServer checks
+// the rendered ConfigMap too.
 func TestDeployConfigMapMatchesExample(t *testing.T) {
 	want, err := os.ReadFile(exampleProfile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(deployDir, "base", "profiles.yaml"))
+	got, err := os.ReadFile(filepath.Join(profilesDir, "profiles.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("configs/deploy/base/profiles.yaml differs from configs/examples/profiles.yaml; run: cp configs/examples/profiles.yaml configs/deploy/base/profiles.yaml")
+		t.Errorf("configs/deploy/profiles/profiles.yaml differs from configs/examples/profiles.yaml; run: cp configs/examples/profiles.yaml configs/deploy/profiles/profiles.yaml")
 	}
 	var k struct {
 		ConfigMapGenerator []struct {
@@ -102,7 +105,7 @@ func TestDeployConfigMapMatchesExample(t *testing.T) {
 			} `json:"options"`
 		} `json:"configMapGenerator"`
 	}
-	raw, err := os.ReadFile(filepath.Join(deployDir, "base", "kustomization.yaml"))
+	raw, err := os.ReadFile(filepath.Join(profilesDir, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +117,25 @@ func TestDeployConfigMapMatchesExample(t *testing.T) {
 		!k.ConfigMapGenerator[0].Options.DisableNameSuffixHash {
 		t.Errorf("kustomization.yaml: want one configMapGenerator %s from files [profiles.yaml] with disableNameSuffixHash, got %+v", profilesCM, k.ConfigMapGenerator)
 	}
+}
+
+// TestDeployKeepsTheOperatorsProfiles: configs/deploy and its overlays
+// render no ConfigMap, so re-applying them never replaces the operator's
+// profiles; the sample is configs/deploy/profiles alone, one ConfigMap.
+// Needs no cluster; TestDeployReapplyOnAPIServer does it with kubectl.
+func TestDeployKeepsTheOperatorsProfiles(t *testing.T) {
+	for _, dir := range []string{deployDir, deployDir + "/gpu-operator", draDeployDir} {
+		for _, o := range renderKustomize(t, dir) {
+			if o.GetKind() == "ConfigMap" {
+				t.Errorf("%s renders ConfigMap %s/%s: re-applying it would replace the operator's", dir, o.GetNamespace(), o.GetName())
+			}
+		}
+	}
+	objs := renderKustomize(t, profilesDir)
+	if len(objs) != 1 || harness.FindObject(objs, "ConfigMap", profilesCM) == nil {
+		t.Errorf("%s renders %d objects, want only ConfigMap %s", profilesDir, len(objs), profilesCM)
+	}
+	renderedConfigMapMatchesExample(t, objs)
 }
 
 // renderedConfigMapMatchesExample checks the rendered sample ConfigMap.
@@ -136,7 +158,8 @@ func renderedConfigMapMatchesExample(t *testing.T, objs []*unstructured.Unstruct
 	}
 }
 
-// TestDeployManifestsOnAPIServer applies every object configs/deploy renders
+// TestDeployManifestsOnAPIServer applies every object an install renders
+// (configs/deploy and configs/deploy/profiles)
 // to the real kube-apiserver with a server-side dry run (schema, defaulting,
 // admission, and the compilation of the admission policy's CEL), then
 // creates the Namespace, ServiceAccount, RBAC and admission policy for real
@@ -163,7 +186,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 		}
 	}
 	if len(objs) != 11 {
-		t.Errorf("configs/deploy renders %d objects, want 11", len(objs))
+		t.Errorf("configs/deploy and configs/deploy/profiles render %d objects, want 11", len(objs))
 	}
 
 	// The Namespace first: namespaced objects, even in a dry run, need it.
@@ -314,8 +337,8 @@ func checkDaemonSet(t *testing.T, objs []*unstructured.Unstructured) {
 // the DaemonSet passes the same checks as the base's.
 func TestDeployGPUOperatorOverlay(t *testing.T) {
 	objs := renderKustomize(t, deployDir+"/gpu-operator")
-	if len(objs) != len(renderDeploy(t)) {
-		t.Errorf("the overlay renders %d objects, the base %d", len(objs), len(renderDeploy(t)))
+	if base := renderKustomize(t, deployDir); len(objs) != len(base) {
+		t.Errorf("the overlay renders %d objects, the base %d", len(objs), len(base))
 	}
 	checkDaemonSet(t, objs)
 	var ds appsv1.DaemonSet
@@ -390,7 +413,7 @@ func draMustNot() []access {
 // Needs no cluster beyond its kubectl.
 func TestDeployDRAOverlay(t *testing.T) {
 	objs := renderKustomize(t, draDeployDir)
-	base := renderDeploy(t)
+	base := renderKustomize(t, deployDir)
 	if len(objs) != len(base)+4 {
 		t.Errorf("the overlay renders %d objects, the base %d; want 4 more", len(objs), len(base))
 	}

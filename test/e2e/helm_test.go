@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,6 +82,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	t0 = time.Now()
 	helmUpgradeProfiles(ctx, t, c, cfg, ch, vals, pod)
 	t.Logf("upgraded: profile all-1g realised and advertised by the same pod %s after helm upgrade", time.Since(t0).Round(100*time.Millisecond))
+	helmUpgradeKeepsProfiles(ctx, t, c, cfg, ch, vals)
 
 	t0 = time.Now()
 	helmUninstall(ctx, t, c, cfg, manifest)
@@ -93,6 +95,49 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		t.Errorf("after uninstall the node has %s=%q, %s=%q and %s set %v; uninstall leaves them",
 			carvev1.LabelState, n.Labels[carvev1.LabelState], carvev1.LabelApplied, n.Labels[carvev1.LabelApplied],
 			carvev1.AnnotationRecord, n.Annotations[carvev1.AnnotationRecord] != "")
+	}
+	pruneAfterUninstall(ctx, t, c, n)
+}
+
+// pruneAfterUninstall runs `carvectl prune` as docs/operate.md says once
+// carve is uninstalled: every label carve wrote on the node (its carve.dev/
+// state labels and the GPU labels its record lists) and its annotation are
+// gone, and the labels carve did not write are all still there.
+func pruneAfterUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, before *corev1.Node) {
+	t.Helper()
+	rec, err := carvev1.DecodeNodeRecord(before.Annotations[carvev1.AnnotationRecord])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Labels) == 0 {
+		t.Fatal("the record lists no label carve wrote")
+	}
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := harness.Build(ctx, root, t.TempDir(), "carvectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bin, "prune", "--kubeconfig", c.Kubeconfig(), "--node", before.Name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("carvectl prune: %v\n%s", err, out)
+	}
+	n, err := c.Clientset().CoreV1().Nodes().Get(ctx, before.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n.Annotations[carvev1.AnnotationRecord]; ok {
+		t.Errorf("annotation %s left after carvectl prune:\n%s", carvev1.AnnotationRecord, out)
+	}
+	for k, v := range before.Labels {
+		mine := carvev1.Owns(&rec, k)
+		if got, ok := n.Labels[k]; mine && ok {
+			t.Errorf("label %s=%s left after carvectl prune", k, got)
+		} else if !mine && (!ok || got != v) {
+			t.Errorf("carvectl prune changed label %s (%q -> %q), which carve did not write", k, v, got)
+		}
 	}
 }
 
@@ -279,6 +324,37 @@ func helmUpgradeProfiles(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 	if p.UID != pod.UID || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("agent pod %s (uid %s, was %s), container statuses %+v: want the same pod, never restarted",
 			p.Name, p.UID, pod.UID, p.Status.ContainerStatuses)
+	}
+}
+
+// helmUpgradeKeepsProfiles edits the profile ConfigMap outside Helm (as
+// `kubectl edit` would) and upgrades without profiles.data: the ConfigMap
+// keeps the edited file; the chart never puts its sample back.
+func helmUpgradeKeepsProfiles(ctx context.Context, t *testing.T, c *cluster.Cluster, cfg *action.Configuration, ch *chartv2.Chart, vals map[string]any) {
+	t.Helper()
+	cms := c.Clientset().CoreV1().ConfigMaps(helmNS)
+	cm, err := cms.Get(ctx, helmRelease+"-profiles", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := cm.Data["profiles.yaml"] + "# edited with kubectl\n"
+	cm.Data["profiles.yaml"] = edited
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	delete(vals, "profiles")
+	upgrade := action.NewUpgrade(cfg)
+	upgrade.Namespace = helmNS
+	upgrade.WaitStrategy, upgrade.Timeout = kube.HookOnlyStrategy, 2*time.Minute
+	if _, err := upgrade.RunWithContext(ctx, helmRelease, ch, vals); err != nil {
+		t.Fatalf("helm upgrade %s without profiles.data: %v", helmRelease, err)
+	}
+	got, err := cms.Get(ctx, cm.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Data["profiles.yaml"] != edited {
+		t.Errorf("helm upgrade without profiles.data replaced the edited profiles with\n%s", got.Data["profiles.yaml"])
 	}
 }
 
