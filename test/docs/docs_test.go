@@ -1,7 +1,11 @@
 // Package docs checks the user documentation (README.md and docs/*.md) as
 // a reader meets it: every relative link leads to a file, and to a heading
-// of it where it names one, and every YAML snippet that is a carve profile
-// file is a complete one that carvectl validate accepts.
+// of it where it names one; every YAML snippet is a complete file of a
+// kind a reader can use as it is (a profile file carvectl validate accepts,
+// Helm values the chart renders with, Kubernetes objects, a mig-parted
+// configuration, Prometheus configuration); import.md's example is what
+// carvectl import writes; and every carvectl command shown exists, with
+// flags it has.
 package docs
 
 import (
