@@ -19,6 +19,7 @@ import (
 
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/test/harness"
 )
 
 // root is the repository, from this package's directory.
@@ -53,48 +54,6 @@ func pages(t *testing.T) []page {
 	return out
 }
 
-// snippet is one fenced code block.
-type snippet struct {
-	lang string
-	line int // of its first line of content
-	text string
-}
-
-// fence opens or closes a fenced code block.
-var fence = regexp.MustCompile("^\\s*```\\s*([A-Za-z0-9_-]*)")
-
-// snippets returns the fenced code blocks of a page.
-func snippets(text string) []snippet {
-	var out []snippet
-	var cur *snippet
-	var body []string
-	for i, line := range strings.Split(text, "\n") {
-		m := fence.FindStringSubmatch(line)
-		switch {
-		case m != nil && cur == nil:
-			cur, body = &snippet{lang: m[1], line: i + 2}, nil
-		case m != nil:
-			cur.text = strings.Join(body, "\n") + "\n"
-			out = append(out, *cur)
-			cur = nil
-		case cur != nil:
-			body = append(body, strings.TrimPrefix(line, indentOf(text, cur.line)))
-		}
-	}
-	return out
-}
-
-// indentOf is the indentation of the fence before line (a snippet inside a
-// list item is indented with it).
-func indentOf(text string, line int) string {
-	lines := strings.Split(text, "\n")
-	if line-2 < 0 || line-2 >= len(lines) {
-		return ""
-	}
-	f := lines[line-2]
-	return f[:len(f)-len(strings.TrimLeft(f, " "))]
-}
-
 // outsideCode returns text with its fenced code blocks and inline code
 // blanked, so that links are found in prose only.
 func outsideCode(text string) string {
@@ -106,7 +65,7 @@ func outsideFences(text string) string {
 	var b strings.Builder
 	in := false
 	for line := range strings.SplitSeq(text, "\n") {
-		if fence.MatchString(line) {
+		if harness.Fence.MatchString(line) {
 			in = !in
 			b.WriteString("\n")
 			continue
@@ -235,13 +194,13 @@ func TestProfileSnippets(t *testing.T) {
 	values := chartValues(t)
 	n := 0
 	for _, p := range pages(t) {
-		for _, s := range snippets(p.text) {
-			if !slices.Contains([]string{"yaml", "yml"}, s.lang) || !isProfileFile(s.text, values) {
+		for _, s := range harness.Snippets(p.text) {
+			if !slices.Contains([]string{"yaml", "yml"}, s.Lang) || !isProfileFile(s.Text, values) {
 				continue
 			}
 			n++
-			where := fmt.Sprintf("%s:%d", p.path, s.line)
-			f, err := configs.Parse([]byte(s.text))
+			where := fmt.Sprintf("%s:%d", p.path, s.Line)
+			f, err := configs.Parse([]byte(s.Text))
 			if err != nil {
 				t.Errorf("%s: the profile file does not parse: %v", where, err)
 				continue
@@ -260,8 +219,8 @@ func TestProfileSnippets(t *testing.T) {
 // line and text, also inside a list item.
 func TestSnippetExtraction(t *testing.T) {
 	text := "intro\n```yaml\na: 1\n```\n- item\n\n  ```sh\n  echo hi\n  ```\n"
-	got := snippets(text)
-	want := []snippet{{lang: "yaml", line: 3, text: "a: 1\n"}, {lang: "sh", line: 8, text: "echo hi\n"}}
+	got := harness.Snippets(text)
+	want := []harness.Snippet{{Lang: "yaml", Line: 3, Text: "a: 1\n"}, {Lang: "sh", Line: 8, Text: "echo hi\n"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("snippets = %+v, want %+v", got, want)
 	}

@@ -62,9 +62,9 @@ func yamlSnippets(t *testing.T) []yamlSnippet {
 	values := chartValues(t)
 	var out []yamlSnippet
 	for _, p := range pages(t) {
-		for _, s := range snippets(p.text) {
-			if slices.Contains([]string{"yaml", "yml"}, s.lang) {
-				out = append(out, yamlSnippet{where: fmt.Sprintf("%s:%d", p.path, s.line), kind: yamlKind(s.text, values), text: s.text})
+		for _, s := range harness.Snippets(p.text) {
+			if slices.Contains([]string{"yaml", "yml"}, s.Lang) {
+				out = append(out, yamlSnippet{where: fmt.Sprintf("%s:%d", p.path, s.Line), kind: yamlKind(s.Text, values), text: s.Text})
 			}
 		}
 	}
@@ -207,11 +207,11 @@ func carvectlCalls(t *testing.T) []carvectlCall {
 	t.Helper()
 	var out []carvectlCall
 	for _, p := range pages(t) {
-		for _, s := range snippets(p.text) {
-			if s.lang != "sh" && s.lang != "bash" {
+		for _, s := range harness.Snippets(p.text) {
+			if s.Lang != "sh" && s.Lang != "bash" {
 				continue
 			}
-			text := strings.ReplaceAll(s.text, "\\\n", " ")
+			text := strings.ReplaceAll(s.Text, "\\\n", " ")
 			for i, line := range strings.Split(text, "\n") {
 				line, _, _ = strings.Cut(line, "#")
 				for _, seg := range strings.FieldsFunc(line, func(r rune) bool { return r == '|' || r == ';' || r == '&' }) {
@@ -219,7 +219,7 @@ func carvectlCalls(t *testing.T) []carvectlCall {
 					if len(w) < 2 || w[0] != "carvectl" {
 						continue
 					}
-					c := carvectlCall{where: fmt.Sprintf("%s:%d", p.path, s.line+i), command: w[1:2]}
+					c := carvectlCall{where: fmt.Sprintf("%s:%d", p.path, s.Line+i), command: w[1:2]}
 					if w[1] == "import" && len(w) > 2 {
 						c.command = w[1:3]
 					}

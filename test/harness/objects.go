@@ -105,3 +105,13 @@ func (c *Objects) For(o *unstructured.Unstructured) (dynamic.ResourceInterface, 
 	}
 	return c.dyn.Resource(m.Resource), nil
 }
+
+// Namespaced reports whether o's resource is namespaced.
+func (c *Objects) Namespaced(o *unstructured.Unstructured) (bool, error) {
+	gvk := o.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return false, fmt.Errorf("%s %s: %w", gvk, o.GetName(), err)
+	}
+	return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
+}
