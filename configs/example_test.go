@@ -1,9 +1,13 @@
 package configs_test
 
 import (
+	"maps"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
@@ -75,6 +79,53 @@ profiles:
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// TestExampleSelectsAsItsCommentsSay: the shipped example's rule, windows
+// and default select what its comments say, for nodes of each pool at the
+// times they name (2026-11-25 is a Wednesday, 11-28 a Saturday).
+func TestExampleSelectsAsItsCommentsSay(t *testing.T) {
+	data, err := os.ReadFile("examples/profiles.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(day, hour int) time.Time { return time.Date(2026, 11, day, hour, 30, 0, 0, berlin) }
+	h100 := map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+	with := func(pool string) map[string]string {
+		l := maps.Clone(h100)
+		l["pool"] = pool
+		return l
+	}
+	tests := []struct {
+		name   string
+		labels map[string]string
+		now    time.Time
+		want   configs.Selection
+	}{
+		{"research pool: the MIG mix, day and night", with("research"), at(25, 22), configs.Selection{Profile: "balanced", Source: configs.SourceRule, Rule: 0}},
+		{"inference pool by day: time-sliced", with("inference"), at(25, 8), configs.Selection{Profile: "shared-4", Source: configs.SourceWindow, Window: "daytime-inference", Rule: -1}},
+		{"inference pool at night: whole GPUs", with("inference"), at(25, 20), configs.Selection{Profile: "full", Source: configs.SourceWindow, Window: "nightly-training", Rule: -1}},
+		{"inference pool, Friday's night into Saturday", with("inference"), at(28, 7), configs.Selection{Profile: "full", Source: configs.SourceWindow, Window: "nightly-training", Rule: -1}},
+		{"inference pool at the weekend: the default", with("inference"), at(28, 12), configs.Selection{Profile: "full", Source: configs.SourceDefault, Rule: -1}},
+		{"no pool: the default", h100, at(25, 12), configs.Selection{Profile: "full", Source: configs.SourceDefault, Rule: -1}},
+	}
+	for _, tt := range tests {
+		got, err := f.Select(tt.labels, tt.now)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tt.name, diff)
 		}
 	}
 }
