@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/internal/textfmt"
 )
 
@@ -61,7 +60,7 @@ func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 	}
 	if len(entries) > 0 && len(out) > 0 && !slices.ContainsFunc(out, func(a Assignment) bool { return a.Entry >= 0 }) {
 		ps.add(path, "selects none of this node's GPUs (%s): its entries are for %s; give this node a profile for its GPUs (a rule or the %s label), or add an entry for them",
-			countModels(sorted), describeModels(entries), carvev1.LabelProfile)
+			countModels(sorted), describeModels(entries), f.PinLabel())
 	}
 	if err := ps.err(); err != nil {
 		return nil, err
@@ -123,4 +122,29 @@ func (f *File) ProfileHash(profile string) string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
+}
+
+// SelectingNone returns the profiles, sorted, that have entries yet select
+// none of gpus (written for other GPU models): a node of these GPUs given
+// one of them does not resolve it (Resolve). A file for a mixed fleet has
+// such profiles for each kind of node, which its rules and labels keep off
+// the other kinds.
+func (f *File) SelectingNone(gpus []GPU) []string {
+	if len(gpus) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(gpus)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
+	var out []string
+	for _, name := range sortedKeys(f.Profiles) {
+		entries := f.Profiles[name]
+		if len(entries) == 0 {
+			continue
+		}
+		var ps problems
+		if len(matchNode(&ps, "", entries, sorted)) == 0 {
+			out = append(out, name)
+		}
+	}
+	return out
 }

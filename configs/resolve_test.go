@@ -197,3 +197,21 @@ profiles:
 		t.Errorf("field order changed the hash")
 	}
 }
+
+// TestResolveSelectsNoneNamesThePinLabel: the hint of a profile that
+// selects none of the node's GPUs names the label that pins a profile on
+// this cluster: carve.dev/profile, or the agent's --profile-label.
+func TestResolveSelectsNoneNamesThePinLabel(t *testing.T) {
+	a100 := []GPU{{Index: 0, Model: "A100-40GB", Product: "NVIDIA A100-SXM4-40GB", MIGCapable: true}}
+	for _, tt := range []struct{ profileLabel, want string }{
+		{"", "(a rule or the carve.dev/profile label)"},
+		{"nvidia.com/mig.config", "(a rule or the nvidia.com/mig.config label)"},
+	} {
+		f := mustParse(t, "version: v1\nprofiles:\n  h100:\n    - gpus: all\n      model: H100-80GB\n      mig: {1g.10gb: 7}\n")
+		f.ProfileLabel = tt.profileLabel
+		_, err := f.Resolve("h100", a100)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("profile label %q: error %v, want one containing %q", tt.profileLabel, err, tt.want)
+		}
+	}
+}

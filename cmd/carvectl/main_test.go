@@ -58,7 +58,11 @@ func TestValidate(t *testing.T) {
 		wantLines []string
 	}{
 		{"example without GPUs", []string{"validate", "-f", example}, 0, []string{"profiles.yaml: valid: "}},
-		{"example on a DGX H100", []string{"validate", "-f", example, "--gpus", "sim:dgx-h100"}, 0, []string{"checked against 8x NVIDIA H100 80GB HBM3"}},
+		{"example on a DGX H100", []string{"validate", "-f", example, "--gpus", "sim:dgx-h100"}, 0, []string{"checked against 8x NVIDIA H100 80GB HBM3\n"}},
+		{"example on a DGX A100: the H100 profiles select none", []string{"validate", "-f", example, "--gpus", "sim:dgx-a100"}, 0, []string{
+			"profiles.yaml: profiles.all-1g: selects none of these GPUs: a node of this kind given it stays as it is, state failed",
+			"profiles.yaml: profiles.balanced: selects none", "profiles.yaml: profiles.halves: selects none",
+			"checked against 8x NVIDIA A100-SXM4-40GB; 3 of the profiles select none of these GPUs (above)\n"}},
 		{"example on 4 A30s: split names GPUs 4-7", []string{"validate", "-f", example, "--gpus", "sim:a30x4"}, 1, []string{"profiles.yaml: profiles.split[1].gpus: GPUs 4-7 are not on this node (it has GPUs 0-3)"}},
 		{"broken file: every problem, one line each", []string{"validate", "-f", "BROKEN"}, 1, []string{
 			"profiles.yaml: defaultProfile: ",

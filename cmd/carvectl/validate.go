@@ -50,6 +50,12 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	if len(unverified) > 0 {
 		note = fmt.Sprintf("; %s for GPU models not known here checked only on nodes that have them", entries(len(unverified)))
 	}
+	if none := f.SelectingNone(cgpus); len(none) > 0 {
+		for _, name := range none {
+			fmt.Fprintf(stdout, "%s: profiles.%s: selects none of these GPUs: a node of this kind given it stays as it is, state failed (keep it off these nodes with rules and labels)\n", filepath.Base(*file), name)
+		}
+		note += fmt.Sprintf("; %d of the profiles select none of these GPUs (above)", len(none))
+	}
 	fmt.Fprintf(stdout, "%s: valid: %s, checked against %s%s\n", filepath.Base(*file), summarize(f), against, note)
 	return nil
 }
