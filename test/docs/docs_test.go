@@ -31,13 +31,18 @@ type page struct {
 	text string
 }
 
-// pages reads README.md and docs/*.md.
+// pages reads README.md, docs/*.md and docs/internals/*.md.
 func pages(t *testing.T) []page {
 	t.Helper()
 	paths, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	internals, err := filepath.Glob(filepath.Join(root, "docs", "internals", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, internals...)
 	paths = append([]string{filepath.Join(root, "README.md")}, paths...)
 	out := make([]page, 0, len(paths))
 	for _, p := range paths {
