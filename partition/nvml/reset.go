@@ -81,7 +81,10 @@ func resetGPU(o options, index int, busID string) error {
 	lower := strings.ToLower(msg)
 	switch {
 	case errors.Is(err, exec.ErrNotFound):
-		return fmt.Errorf("%s: nvidia-smi is not installed: %w: %w", what, partition.ErrNotSupported, err)
+		// Not ErrNotSupported: a reboot would not help, putting nvidia-smi
+		// into the agent's container does (the NVIDIA container runtime
+		// mounts it), and the retries then get past the reset.
+		return fmt.Errorf("%s: nvidia-smi is not installed in the agent's container (the NVIDIA container runtime mounts it: runtimeClassName nvidia): %w", what, err)
 	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil:
 		return fmt.Errorf("%s: no answer within %s: %w: %w", what, o.resetTimeout, partition.ErrTimeout, err)
 	case code == nvidiaSMIExitInUse || strings.Contains(lower, "in use") || strings.Contains(lower, "being used") ||
