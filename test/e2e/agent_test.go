@@ -289,14 +289,7 @@ func TestAgentRealisesTheLabelledProfile(t *testing.T) {
 	})
 
 	t.Run("carvectl status shows the node", func(t *testing.T) {
-		root, err := harness.RepoRoot(".")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bin, err := harness.Build(ctx, root, t.TempDir(), "carvectl")
-		if err != nil {
-			t.Fatal(err)
-		}
+		bin := buildCarvectl(ctx, t)
 		out, err := exec.CommandContext(ctx, bin, "status", "--kubeconfig", c.Kubeconfig(), "--config-map", cmNamespace+"/"+cmName).CombinedOutput()
 		if err != nil {
 			t.Fatalf("carvectl status: %v\n%s", err, out)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,19 +53,10 @@ func renderDeploy(t *testing.T) []*unstructured.Unstructured {
 // would.
 func renderKustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	cacheDir, err := cluster.DefaultCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// The cluster is up, so its binaries are built: this only finds them.
-	bins, err := cluster.EnsureBinaries(ctx, io.Discard, cacheDir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bins.Kubectl, "kustomize", dir)
+	cmd := exec.CommandContext(ctx, kubectlPath(ctx, t), "kustomize", dir)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -112,14 +112,7 @@ func pruneAfterUninstall(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 	if len(rec.Labels) == 0 {
 		t.Fatal("the record lists no label carve wrote")
 	}
-	root, err := harness.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := harness.Build(ctx, root, t.TempDir(), "carvectl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := buildCarvectl(ctx, t)
 	out, err := exec.CommandContext(ctx, bin, "prune", "--kubeconfig", c.Kubeconfig(), "--node", before.Name).CombinedOutput()
 	if err != nil {
 		t.Fatalf("carvectl prune: %v\n%s", err, out)

@@ -1,17 +1,11 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
-	"io"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/carve-dev/carve/test/cluster"
 )
 
 // TestDeployReapplyOnAPIServer installs with kustomize as docs/agent.md
@@ -64,27 +58,5 @@ func TestDeployReapplyOnAPIServer(t *testing.T) {
 	}
 	if got.Data["profiles.yaml"] != mine {
 		t.Errorf("after re-applying, %s/%s holds\n%s\nwant the operator's\n%s", deployNS, profilesCM, got.Data["profiles.yaml"], mine)
-	}
-}
-
-// kubectlRunner returns a function that runs the test cluster's kubectl
-// against its API server and returns the combined output.
-func kubectlRunner(ctx context.Context, t *testing.T, c *cluster.Cluster) func(args ...string) (string, error) {
-	t.Helper()
-	cacheDir, err := cluster.DefaultCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The cluster is up, so its binaries are built: this only finds them.
-	bins, err := cluster.EnsureBinaries(ctx, io.Discard, cacheDir, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func(args ...string) (string, error) {
-		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, bins.Kubectl, append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		return out.String(), err
 	}
 }

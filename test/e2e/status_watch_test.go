@@ -23,14 +23,7 @@ func TestStatusWatch(t *testing.T) {
 	cs := c.Clientset()
 	ctx := testCtx(t, 5*time.Minute)
 	freshNode(t, c)
-	root, err := harness.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := harness.Build(ctx, root, t.TempDir(), "carvectl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := buildCarvectl(ctx, t)
 	setState := func(state string) {
 		t.Helper()
 		if err := harness.SetNodeLabels(ctx, cs, c.NodeName(), map[string]string{carvev1.LabelState: state}); err != nil {

@@ -1,0 +1,57 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os/exec"
+	"testing"
+
+	"github.com/carve-dev/carve/test/cluster"
+	"github.com/carve-dev/carve/test/harness"
+)
+
+// kubectlRunner returns a function that runs the test cluster's kubectl
+// against its API server and returns the combined output.
+func kubectlRunner(ctx context.Context, t *testing.T, c *cluster.Cluster) func(args ...string) (string, error) {
+	t.Helper()
+	kubectl := kubectlPath(ctx, t)
+	return func(args ...string) (string, error) {
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+}
+
+// buildCarvectl builds cmd/carvectl of this repository into a temporary
+// directory and returns the binary's path.
+func buildCarvectl(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	root, err := harness.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := harness.Build(ctx, root, t.TempDir(), "carvectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// kubectlPath returns the kubectl the test cluster was built with.
+func kubectlPath(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	cacheDir, err := cluster.DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cluster's binaries are built before any test runs: this only
+	// finds them.
+	bins, err := cluster.EnsureBinaries(ctx, io.Discard, cacheDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins.Kubectl
+}
