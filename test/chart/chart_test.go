@@ -9,16 +9,13 @@ package chart
 import (
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/carve-dev/carve/test/harness"
@@ -37,8 +34,8 @@ const (
 
 // monitoringAPIs are the Prometheus Operator API versions and kinds the
 // rendering cluster is told it has, as `helm template --api-versions`.
-func monitoringAPIs() common.VersionSet {
-	return common.VersionSet{
+func monitoringAPIs() []string {
+	return []string{
 		"monitoring.coreos.com/v1",
 		"monitoring.coreos.com/v1/ServiceMonitor",
 		"monitoring.coreos.com/v1/PodMonitor",
@@ -84,27 +81,7 @@ func readValues(t *testing.T, name string) map[string]any {
 // --namespace carve-system --kube-version 1.37.2 --api-versions ...` does,
 // schema validation included, and returns the objects in Helm's order.
 func render(ch *chartv2.Chart, vals map[string]any) ([]*unstructured.Unstructured, error) {
-	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler))
-	install := action.NewInstall(cfg)
-	install.DryRunStrategy = action.DryRunClient
-	install.Replace = true
-	install.ReleaseName = releaseName
-	install.Namespace = namespace
-	kv, err := common.ParseKubeVersion(kubeVersion)
-	if err != nil {
-		return nil, fmt.Errorf("kube version %s: %w", kubeVersion, err)
-	}
-	install.KubeVersion = kv
-	install.APIVersions = monitoringAPIs()
-	rel, err := install.Run(ch, vals)
-	if err != nil {
-		return nil, fmt.Errorf("render %s: %w", ch.Name(), err)
-	}
-	r, ok := rel.(*releasev1.Release)
-	if !ok {
-		return nil, fmt.Errorf("render %s: release of type %T", ch.Name(), rel)
-	}
-	return harness.DecodeObjects([]byte(r.Manifest))
+	return harness.RenderChart(ch, vals, harness.ChartRelease{Name: releaseName, Namespace: namespace, KubeVersion: kubeVersion, APIVersions: monitoringAPIs()})
 }
 
 // mustRender is render that fails the test on an error.

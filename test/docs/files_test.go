@@ -2,7 +2,6 @@ package docs
 
 import (
 	"fmt"
-	"log/slog"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -10,9 +9,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"helm.sh/helm/v4/pkg/action"
-	"helm.sh/helm/v4/pkg/chart/common"
-	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -114,27 +110,12 @@ func TestValuesSnippets(t *testing.T) {
 			t.Errorf("%s: %v", s.where, err)
 			continue
 		}
-		if err := renderChart(ch, vals); err != nil {
+		// The monitoring objects need the Prometheus Operator's API.
+		release := harness.ChartRelease{Name: "carve", Namespace: "carve-system", KubeVersion: "1.37.2", APIVersions: []string{"monitoring.coreos.com/v1"}}
+		if _, err := harness.RenderChart(ch, vals, release); err != nil {
 			t.Errorf("%s: helm template with these values: %v", s.where, err)
 		}
 	}
-}
-
-// renderChart renders the chart with vals, as `helm template` does.
-func renderChart(ch *chartv2.Chart, vals map[string]any) error {
-	install := action.NewInstall(action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler)))
-	install.DryRunStrategy = action.DryRunClient
-	install.Replace = true
-	install.ReleaseName, install.Namespace = "carve", "carve-system"
-	kv, err := common.ParseKubeVersion("1.37.2")
-	if err != nil {
-		return err
-	}
-	install.KubeVersion = kv
-	// The monitoring objects need the Prometheus Operator's API.
-	install.APIVersions = []string{"monitoring.coreos.com/v1"}
-	_, err = install.Run(ch, vals)
-	return err
 }
 
 // TestObjectSnippets: every Kubernetes object snippet decodes, each object
