@@ -58,8 +58,10 @@ func yamlBlocks(t *testing.T, path string) []string {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, m := range regexp.MustCompile("(?ms)^```yaml\n(.*?)^```$").FindAllStringSubmatch(string(raw), -1) {
-		out = append(out, m[1])
+	for _, s := range harness.Snippets(string(raw)) {
+		if s.Lang == "yaml" {
+			out = append(out, s.Text)
+		}
 	}
 	if len(out) == 0 {
 		t.Fatalf("%s has no yaml blocks", path)

@@ -25,38 +25,14 @@ import (
 // root is the repository, from this package's directory.
 const root = "../.."
 
-// page is one Markdown file of the documentation.
-type page struct {
-	path string // relative to root
-	text string
-}
-
 // pages reads README.md, docs/*.md and docs/internals/*.md.
-func pages(t *testing.T) []page {
+func pages(t *testing.T) []harness.DocPage {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	ps, err := harness.DocPages(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	internals, err := filepath.Glob(filepath.Join(root, "docs", "internals", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	paths = append(paths, internals...)
-	paths = append([]string{filepath.Join(root, "README.md")}, paths...)
-	out := make([]page, 0, len(paths))
-	for _, p := range paths {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, page{path: rel, text: string(raw)})
-	}
-	return out
+	return ps
 }
 
 // outsideCode returns text with its fenced code blocks and inline code
@@ -119,22 +95,22 @@ func anchor(h string) string {
 // Markdown page, that page has it.
 func TestLinks(t *testing.T) {
 	ps := pages(t)
-	byPath := map[string]page{}
+	byPath := map[string]harness.DocPage{}
 	for _, p := range ps {
-		byPath[p.path] = p
+		byPath[p.Path] = p
 	}
 	for _, p := range ps {
-		for _, m := range link.FindAllStringSubmatch(outsideCode(p.text), -1) {
+		for _, m := range link.FindAllStringSubmatch(outsideCode(p.Text), -1) {
 			target := m[1]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
 			file, frag, _ := strings.Cut(target, "#")
-			dest := p.path
+			dest := p.Path
 			if file != "" {
-				dest = filepath.Join(filepath.Dir(p.path), file)
+				dest = filepath.Join(filepath.Dir(p.Path), file)
 				if _, err := os.Stat(filepath.Join(root, dest)); err != nil {
-					t.Errorf("%s: link %s: no %s", p.path, target, dest)
+					t.Errorf("%s: link %s: no %s", p.Path, target, dest)
 					continue
 				}
 			}
@@ -147,10 +123,10 @@ func TestLinks(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				to = page{path: dest, text: string(raw)}
+				to = harness.DocPage{Path: dest, Text: string(raw)}
 			}
-			if !anchors(to.text)[frag] {
-				t.Errorf("%s: link %s: %s has no heading #%s", p.path, target, dest, frag)
+			if !anchors(to.Text)[frag] {
+				t.Errorf("%s: link %s: %s has no heading #%s", p.Path, target, dest, frag)
 			}
 		}
 	}
@@ -199,12 +175,12 @@ func TestProfileSnippets(t *testing.T) {
 	values := chartValues(t)
 	n := 0
 	for _, p := range pages(t) {
-		for _, s := range harness.Snippets(p.text) {
+		for _, s := range harness.Snippets(p.Text) {
 			if !slices.Contains([]string{"yaml", "yml"}, s.Lang) || !isProfileFile(s.Text, values) {
 				continue
 			}
 			n++
-			where := fmt.Sprintf("%s:%d", p.path, s.Line)
+			where := fmt.Sprintf("%s:%d", p.Path, s.Line)
 			f, err := configs.Parse([]byte(s.Text))
 			if err != nil {
 				t.Errorf("%s: the profile file does not parse: %v", where, err)

@@ -58,9 +58,9 @@ func yamlSnippets(t *testing.T) []yamlSnippet {
 	values := chartValues(t)
 	var out []yamlSnippet
 	for _, p := range pages(t) {
-		for _, s := range harness.Snippets(p.text) {
+		for _, s := range harness.Snippets(p.Text) {
 			if slices.Contains([]string{"yaml", "yml"}, s.Lang) {
-				out = append(out, yamlSnippet{where: fmt.Sprintf("%s:%d", p.path, s.Line), kind: yamlKind(s.Text, values), text: s.Text})
+				out = append(out, yamlSnippet{where: fmt.Sprintf("%s:%d", p.Path, s.Line), kind: yamlKind(s.Text, values), text: s.Text})
 			}
 		}
 	}
@@ -188,7 +188,7 @@ func carvectlCalls(t *testing.T) []carvectlCall {
 	t.Helper()
 	var out []carvectlCall
 	for _, p := range pages(t) {
-		for _, s := range harness.Snippets(p.text) {
+		for _, s := range harness.Snippets(p.Text) {
 			if s.Lang != "sh" && s.Lang != "bash" {
 				continue
 			}
@@ -200,7 +200,7 @@ func carvectlCalls(t *testing.T) []carvectlCall {
 					if len(w) < 2 || w[0] != "carvectl" {
 						continue
 					}
-					c := carvectlCall{where: fmt.Sprintf("%s:%d", p.path, s.Line+i), command: w[1:2]}
+					c := carvectlCall{where: fmt.Sprintf("%s:%d", p.Path, s.Line+i), command: w[1:2]}
 					if w[1] == "import" && len(w) > 2 {
 						c.command = w[1:3]
 					}

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -26,32 +24,29 @@ type docObject struct {
 }
 
 // docObjects returns the Kubernetes objects of the YAML snippets of
-// README.md and docs/*.md (kustomizations aside: kubectl reads them, not
+// README.md, docs/*.md and docs/internals/*.md (kustomizations aside: kubectl reads them, not
 // the API server).
 func docObjects(t *testing.T) []docObject {
 	t.Helper()
-	pages, err := filepath.Glob("../../docs/*.md")
+	pages, err := harness.DocPages("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []docObject
-	for _, p := range append([]string{"../../README.md"}, pages...) {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range harness.Snippets(string(raw)) {
+	for _, p := range pages {
+		for _, s := range harness.Snippets(p.Text) {
 			if s.Lang != "yaml" || !strings.Contains(s.Text, "apiVersion:") || !strings.Contains(s.Text, "\nkind:") && !strings.HasPrefix(s.Text, "kind:") {
 				continue
 			}
+			where := fmt.Sprintf("%s:%d", p.Path, s.Line)
 			objs, err := harness.DecodeObjects([]byte(s.Text))
 			if err != nil {
-				t.Errorf("%s:%d: %v", strings.TrimPrefix(p, "../../"), s.Line, err)
+				t.Errorf("%s: %v", where, err)
 				continue
 			}
 			for _, o := range objs {
 				if o.GetKind() != "Kustomization" {
-					out = append(out, docObject{where: fmt.Sprintf("%s:%d", strings.TrimPrefix(p, "../../"), s.Line), obj: o})
+					out = append(out, docObject{where: where, obj: o})
 				}
 			}
 		}

@@ -1,6 +1,9 @@
 package harness
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 )
@@ -42,4 +45,38 @@ func Snippets(text string) []Snippet {
 		}
 	}
 	return out
+}
+
+// DocPage is one Markdown page of the user documentation.
+type DocPage struct {
+	// Path is the page's path relative to the repository root.
+	Path string
+	// Text is the page.
+	Text string
+}
+
+// DocPages reads the documentation of the repository at root: README.md,
+// docs/*.md and docs/internals/*.md, in that order.
+func DocPages(root string) ([]DocPage, error) {
+	paths := []string{filepath.Join(root, "README.md")}
+	for _, pattern := range []string{"docs/*.md", "docs/internals/*.md"} {
+		m, err := filepath.Glob(filepath.Join(root, pattern))
+		if err != nil {
+			return nil, fmt.Errorf("docs %s: %w", pattern, err)
+		}
+		paths = append(paths, m...)
+	}
+	out := make([]DocPage, 0, len(paths))
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return nil, fmt.Errorf("docs: %w", err)
+		}
+		out = append(out, DocPage{Path: rel, Text: string(raw)})
+	}
+	return out, nil
 }
