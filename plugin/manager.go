@@ -308,15 +308,26 @@ func (m *Manager) removeStaleSockets() {
 		return // only a malformed pattern fails, and this one is fixed
 	}
 	for _, p := range paths {
-		if m.isServerSocket(p) || answers(p, m.opts.Timeout) {
+		if m.isServerSocket(p) {
 			continue
 		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if _, err := m.removeIfStale(p); err != nil {
 			m.log.Error("remove stale device plugin socket", "socket", p, "err", err)
-			continue
 		}
-		m.log.Info("removed stale device plugin socket", "socket", p)
 	}
+}
+
+// removeIfStale removes the socket file at path unless a process answers
+// on it, which it reports as live.
+func (m *Manager) removeIfStale(path string) (live bool, err error) {
+	if answers(path, m.opts.Timeout) {
+		return true, nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	m.log.Info("removed stale device plugin socket", "socket", path)
+	return false, nil
 }
 
 // poke wakes the reconcile loop.

@@ -192,14 +192,11 @@ func (s *server) claimSocket(path string) error {
 	} else if err != nil {
 		return fmt.Errorf("socket %s: %w", path, err)
 	}
-	if answers(path, s.m.opts.Timeout) {
+	live, err := s.m.removeIfStale(path)
+	if live {
 		return fmt.Errorf("socket %s is served by another live process; refusing to replace it", path)
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket %s: %w", path, err)
-	}
-	s.m.log.Info("removed stale device plugin socket", "socket", path)
-	return nil
+	return err
 }
 
 // start listens on the socket and serves the device-plugin API.
