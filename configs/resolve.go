@@ -26,8 +26,7 @@ func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 	if !ok {
 		return nil, &UnknownProfileError{Name: profile, Known: sortedKeys(f.Profiles)}
 	}
-	sorted := slices.Clone(gpus)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
+	sorted := byIndex(gpus)
 	path := textfmt.Field(fieldProfiles, profile)
 	var ps problems
 	byGPU := matchNode(&ps, path, entries, sorted)
@@ -133,8 +132,7 @@ func (f *File) SelectingNone(gpus []GPU) []string {
 	if len(gpus) == 0 {
 		return nil
 	}
-	sorted := slices.Clone(gpus)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
+	sorted := byIndex(gpus)
 	var out []string
 	for _, name := range sortedKeys(f.Profiles) {
 		entries := f.Profiles[name]
@@ -147,4 +145,11 @@ func (f *File) SelectingNone(gpus []GPU) []string {
 		}
 	}
 	return out
+}
+
+// byIndex returns a copy of gpus sorted by index, as matchNode takes them.
+func byIndex(gpus []GPU) []GPU {
+	sorted := slices.Clone(gpus)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Index < sorted[j].Index })
+	return sorted
 }
