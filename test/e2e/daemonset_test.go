@@ -356,11 +356,7 @@ func createDeploy(ctx context.Context, t *testing.T, c *cluster.Cluster, objs []
 					t.Errorf("cleanup: %v", err)
 				}
 			case "Namespace":
-				err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-					_, err := cs.CoreV1().Namespaces().Get(ctx, o.GetName(), metav1.GetOptions{})
-					return apierrors.IsNotFound(err), nil
-				})
-				if err != nil {
+				if err := harness.WaitNamespaceGone(ctx, cs, o.GetName(), 2*time.Minute); err != nil {
 					t.Errorf("cleanup: namespace %s still there: %v", o.GetName(), err)
 				}
 			}

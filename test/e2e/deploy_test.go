@@ -668,16 +668,8 @@ func deleteAtCleanup(t *testing.T, cs kubernetes.Interface, resource func(*unstr
 				t.Errorf("clean up %s %s: %v", o.GetKind(), o.GetName(), err)
 			}
 		}
-		for {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return
-			}
-			if ctx.Err() != nil {
-				t.Errorf("namespace %s still there after clean up: %v", deployNS, err)
-				return
-			}
-			time.Sleep(250 * time.Millisecond)
+		if err := harness.WaitNamespaceGone(ctx, cs, deployNS, time.Minute); err != nil {
+			t.Errorf("namespace %s still there after clean up: %v", deployNS, err)
 		}
 	})
 }

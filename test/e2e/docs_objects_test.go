@@ -115,11 +115,7 @@ func deleteNamespaces(t *testing.T, cs kubernetes.Interface, names []string) {
 		}
 	}
 	for _, ns := range names {
-		err := harness.Poll(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		})
-		if err != nil {
+		if err := harness.WaitNamespaceGone(ctx, cs, ns, time.Minute); err != nil {
 			t.Errorf("namespace %s still there after clean up: %v", ns, err)
 		}
 	}

@@ -203,11 +203,7 @@ func createHelmNamespace(ctx context.Context, t *testing.T, cs kubernetes.Interf
 			t.Errorf("cleanup: delete namespace %s: %v", helmNS, err)
 			return
 		}
-		err := harness.Poll(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-			_, err := cs.CoreV1().Namespaces().Get(ctx, helmNS, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		})
-		if err != nil {
+		if err := harness.WaitNamespaceGone(ctx, cs, helmNS, 2*time.Minute); err != nil {
 			t.Errorf("cleanup: namespace %s still there: %v", helmNS, err)
 		}
 	})

@@ -499,3 +499,12 @@ func WatchDisruption(ctx context.Context, cs kubernetes.Interface, namespace, na
 		return reason, seen
 	}, nil
 }
+
+// WaitNamespaceGone waits up to limit until the namespace is deleted (its
+// deletion is asynchronous: the namespace stays while its objects go).
+func WaitNamespaceGone(ctx context.Context, cs kubernetes.Interface, name string, limit time.Duration) error {
+	return Poll(ctx, limit, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
