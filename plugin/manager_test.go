@@ -243,27 +243,9 @@ func TestReturningResourceNewSocket(t *testing.T) {
 func TestStaleSocketsRemoved(t *testing.T) {
 	dir := shortTempDir(t)
 	stale := filepath.Join(dir, listenerSocketName(migRes, 3))
-	ln, err := net.Listen("unix", stale)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	ln.Close()
+	staleSocket(t, stale)
 	live := filepath.Join(dir, SocketName("example.com/other"))
-	ln2, err := net.Listen("unix", live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln2.Close() })
-	go func() {
-		for {
-			c, err := ln2.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	liveSocket(t, live)
 	other := filepath.Join(dir, "someone-else.sock")
 	if err := os.WriteFile(other, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -411,32 +393,8 @@ func TestSocketClaim(t *testing.T) {
 		wantErr bool
 	}{
 		{"no file", func(*testing.T, string) {}, false},
-		{"live process", func(t *testing.T, path string) {
-			t.Helper()
-			ln, err := net.Listen("unix", path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { ln.Close() })
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					c.Close()
-				}
-			}()
-		}, true},
-		{"stale socket", func(t *testing.T, path string) {
-			t.Helper()
-			ln, err := net.Listen("unix", path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln.(*net.UnixListener).SetUnlinkOnClose(false)
-			ln.Close()
-		}, false},
+		{"live process", liveSocket, true},
+		{"stale socket", staleSocket, false},
 		{"stale file", func(t *testing.T, path string) {
 			t.Helper()
 			if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {

@@ -530,3 +530,35 @@ func (d fakeDevice) ComputeInstances(gi int) ([]partition.ComputeInstance, error
 	}
 	return cis, nil
 }
+
+// liveSocket serves a unix socket at path, as another live process would,
+// accepting and closing connections until the test ends.
+func liveSocket(t *testing.T, path string) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+}
+
+// staleSocket leaves a socket file at path that nothing listens on, as a
+// killed process does.
+func staleSocket(t *testing.T, path string) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+}
