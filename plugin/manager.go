@@ -44,6 +44,9 @@ type Manager struct {
 	// XID on it.
 	sick map[string]sickness
 
+	// token is random per Manager and part of every socket name, so that
+	// no listener takes the path of an earlier Manager's (nextSocket).
+	token string
 	// socketsMu guards listeners.
 	socketsMu sync.Mutex
 	// listeners counts the listeners started per resource name, which
@@ -74,6 +77,10 @@ func New(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	token, err := newSocketToken()
+	if err != nil {
+		return nil, err
+	}
 	ignored := make(map[uint64]bool, len(o.Health.IgnoredXIDs))
 	for _, x := range o.Health.IgnoredXIDs {
 		ignored[x] = true
@@ -87,6 +94,7 @@ func New(opts Options) (*Manager, error) {
 		servers:   map[string]*server{},
 		withdrawn: timeslice.IDSet{},
 		sick:      map[string]sickness{},
+		token:     token,
 		listeners: map[string]uint64{},
 		kick:      make(chan struct{}, 1),
 		watching:  make(chan struct{}),
@@ -95,8 +103,8 @@ func New(opts Options) (*Manager, error) {
 
 // Update makes the advertised resources equal to res. It diffs res against
 // the resources of the last Update:
-//   - a resource new in res gets a server on its own socket
-//     (SocketName) and is registered with the kubelet;
+//   - a resource new in res gets a server on a socket of its own
+//     (SocketPath) and is registered with the kubelet;
 //   - a resource whose device list (IDs, health, NUMA hints) changed sends
 //     the new list on every open ListAndWatch stream, without restarting
 //     or re-registering;
@@ -117,7 +125,7 @@ func (m *Manager) Update(ctx context.Context, res timeslice.Resources) error {
 		if len(devs) == 0 {
 			continue
 		}
-		sock := SocketName(name)
+		sock := socketBase(name)
 		if other, dup := sockets[sock]; dup {
 			return fmt.Errorf("update: resources %q and %q map to the same socket %s", other, name, sock)
 		}
@@ -284,24 +292,36 @@ func (m *Manager) Stop() {
 	}
 }
 
-// nextSocket returns the socket path for the next listener of a resource.
-// The first listener of a resource in this process is on SocketName; each
-// later one (after its socket was deleted, the resource came back, or the
-// kubelet refused the path) on a path of its own (listenerSocketName). The
-// kubelet keys device-plugin endpoints by socket path, and a path it
-// still holds from the listener before would be refused (see held).
+// nextSocket returns the socket path for the next listener of a resource:
+// one no listener had before, in this Manager (a counter) or an earlier
+// one (the Manager's random token); see listenerSocketName for why.
 func (m *Manager) nextSocket(resource string) string {
 	m.socketsMu.Lock()
 	defer m.socketsMu.Unlock()
 	n := m.listeners[resource]
 	m.listeners[resource] = n + 1
-	return filepath.Join(m.opts.DevicePluginDir, listenerSocketName(resource, n))
+	return filepath.Join(m.opts.DevicePluginDir, listenerSocketName(resource, m.token, n))
+}
+
+// SocketPath returns the path of the socket a resource is served on now,
+// or "" when the Manager does not serve it. The path changes whenever the
+// server moves to a new listener: after its socket file was deleted, after
+// the resource went and came back, and after a failed registration.
+func (m *Manager) SocketPath(resource string) string {
+	m.mu.Lock()
+	s := m.servers[resource]
+	m.mu.Unlock()
+	if s == nil {
+		return ""
+	}
+	return s.socketPath()
 }
 
 // removeStaleSockets removes carve's socket files in the device-plugin
 // directory that are not this Manager's and that nothing answers on: those
 // an earlier agent process left when it was killed. The kubelet removes
-// them only when it starts.
+// them only when it starts. One a live process answers on is kept, with a
+// warning.
 func (m *Manager) removeStaleSockets() {
 	paths, err := filepath.Glob(filepath.Join(m.opts.DevicePluginDir, "carve-*.sock"))
 	if err != nil {
@@ -311,8 +331,12 @@ func (m *Manager) removeStaleSockets() {
 		if m.isServerSocket(p) {
 			continue
 		}
-		if _, err := m.removeIfStale(p); err != nil {
+		live, err := m.removeIfStale(p)
+		if err != nil {
 			m.log.Error("remove stale device plugin socket", "socket", p, "err", err)
+		}
+		if live {
+			m.log.Warn("another process serves a carve device plugin socket; is a second agent running on this node?", "socket", p)
 		}
 	}
 }
@@ -468,18 +492,34 @@ func (m *Manager) reconcile(ctx context.Context) {
 	}
 }
 
-// register registers a server with the kubelet. When the kubelet refuses
-// the server's socket path because it holds an endpoint there still, the
-// server moves to a new path and registers from there.
+// register registers a server with the kubelet. A server whose path is
+// spent (an earlier registration on it may have reached the kubelet) moves
+// to a new path first, and once more when this registration spends the
+// path it is on, so that a refusal or a timeout costs no retry interval.
 func (m *Manager) register(ctx context.Context, s *server) error {
-	err := s.register(ctx)
-	if !errors.Is(err, errEndpointHeld) {
+	if err := m.moveIfSpent(s); err != nil {
 		return err
+	}
+	err := s.register(ctx)
+	if err == nil || !s.isSpent() {
+		return err
+	}
+	m.log.Warn("registration failed; moving the device plugin server to a new socket", "resource", s.resource, "err", err)
+	if err := m.moveIfSpent(s); err != nil {
+		return err
+	}
+	return s.register(ctx)
+}
+
+// moveIfSpent restarts a server on a new path when its path is spent.
+func (m *Manager) moveIfSpent(s *server) error {
+	if !s.isSpent() {
+		return nil
 	}
 	old := s.socketPath()
 	if err := s.restart(); err != nil {
 		return err
 	}
-	m.log.Warn("the kubelet holds an endpoint at the old socket still; serving on a new socket", "resource", s.resource, "old", old, "socket", s.socketPath())
-	return s.register(ctx)
+	m.log.Info("device plugin server moved to a new socket", "resource", s.resource, "old", old, "socket", s.socketPath())
+	return nil
 }

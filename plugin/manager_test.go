@@ -31,17 +31,17 @@ const (
 	msgWait   = 5 * time.Second
 )
 
-func TestSocketName(t *testing.T) {
+func TestSocketBase(t *testing.T) {
 	tests := []struct{ resource, want string }{
-		{"nvidia.com/gpu", "carve-nvidia.com_gpu.sock"},
-		{"nvidia.com/gpu.shared", "carve-nvidia.com_gpu.shared.sock"},
-		{"nvidia.com/mig-1g.10gb", "carve-nvidia.com_mig-1g.10gb.sock"},
-		{"nvidia.com/mig-1g.10gb.me", "carve-nvidia.com_mig-1g.10gb.me.sock"},
-		{"odd name/x+y", "carve-odd_name_x_y.sock"},
+		{"nvidia.com/gpu", "carve-nvidia.com_gpu"},
+		{"nvidia.com/gpu.shared", "carve-nvidia.com_gpu.shared"},
+		{"nvidia.com/mig-1g.10gb", "carve-nvidia.com_mig-1g.10gb"},
+		{"nvidia.com/mig-1g.10gb.me", "carve-nvidia.com_mig-1g.10gb.me"},
+		{"odd name/x+y", "carve-odd_name_x_y"},
 	}
 	for _, tt := range tests {
-		if got := SocketName(tt.resource); got != tt.want {
-			t.Errorf("SocketName(%q) = %q, want %q", tt.resource, got, tt.want)
+		if got := socketBase(tt.resource); got != tt.want {
+			t.Errorf("socketBase(%q) = %q, want %q", tt.resource, got, tt.want)
 		}
 	}
 }
@@ -62,8 +62,8 @@ func TestRegistersEachResource(t *testing.T) {
 		if r.Version != pluginapi.Version {
 			t.Errorf("%s: version %q", r.ResourceName, r.Version)
 		}
-		if r.Endpoint != SocketName(r.ResourceName) {
-			t.Errorf("%s: endpoint %q, want %q", r.ResourceName, r.Endpoint, SocketName(r.ResourceName))
+		if want := e.listener(r.ResourceName, 0); r.Endpoint != want {
+			t.Errorf("%s: endpoint %q, want %q", r.ResourceName, r.Endpoint, want)
 		}
 		if !r.GetOptions().GetGetPreferredAllocationAvailable() {
 			t.Errorf("%s: registered without GetPreferredAllocationAvailable", r.ResourceName)
@@ -168,24 +168,25 @@ func TestNUMAHints(t *testing.T) {
 	}
 }
 
-// TestListenerSocketName: a resource's first listener is on SocketName;
-// later ones on names no listener of any resource has.
+// TestListenerSocketName: every listener's name is its resource's base,
+// the Manager's token and its number; no name of one resource is one of
+// another's.
 func TestListenerSocketName(t *testing.T) {
 	tests := []struct {
-		resource string
-		n        uint64
-		want     string
+		resource, token string
+		n               uint64
+		want            string
 	}{
-		{"nvidia.com/gpu", 0, "carve-nvidia.com_gpu.sock"},
-		{"nvidia.com/gpu", 1, "carve-nvidia.com_gpu+1.sock"},
-		{"nvidia.com/mig-1g.10gb", 12, "carve-nvidia.com_mig-1g.10gb+12.sock"},
-		// A resource whose name looks like a later listener's does not
-		// take that listener's name.
-		{"nvidia.com/gpu+1", 0, "carve-nvidia.com_gpu_1.sock"},
+		{"nvidia.com/gpu", "3f9a1c2e", 0, "carve-nvidia.com_gpu+3f9a1c2e-0.sock"},
+		{"nvidia.com/gpu", "3f9a1c2e", 1, "carve-nvidia.com_gpu+3f9a1c2e-1.sock"},
+		{"nvidia.com/mig-1g.10gb", "00000000", 12, "carve-nvidia.com_mig-1g.10gb+00000000-12.sock"},
+		// A resource whose name looks like a listener's does not take
+		// that listener's name.
+		{"nvidia.com/gpu+3f9a1c2e-1", "3f9a1c2e", 0, "carve-nvidia.com_gpu_3f9a1c2e-1+3f9a1c2e-0.sock"},
 	}
 	for _, tt := range tests {
-		if got := listenerSocketName(tt.resource, tt.n); got != tt.want {
-			t.Errorf("listenerSocketName(%q, %d) = %q, want %q", tt.resource, tt.n, got, tt.want)
+		if got := listenerSocketName(tt.resource, tt.token, tt.n); got != tt.want {
+			t.Errorf("listenerSocketName(%q, %q, %d) = %q, want %q", tt.resource, tt.token, tt.n, got, tt.want)
 		}
 	}
 }
@@ -196,14 +197,14 @@ func TestListenerSocketName(t *testing.T) {
 // registers from there; Update succeeds and the old path is gone.
 func TestHeldEndpointMovesSocket(t *testing.T) {
 	e := newEnv(t, Options{RetryInterval: time.Hour}, false)
-	first := SocketName(migRes)
+	first := e.listener(migRes, 0)
 	e.kubelet.mu.Lock()
 	e.kubelet.held = map[string]bool{first: true}
 	e.kubelet.mu.Unlock()
 
 	e.update(t, timeslice.Resources{migRes: migDevs(0, "1g.10gb", 1, 7, 8)})
 	p := e.kubelet.plugin(t, migRes, msgWait)
-	if want := listenerSocketName(migRes, 1); p.endpoint != want {
+	if want := e.listener(migRes, 1); p.endpoint != want {
 		t.Errorf("registered endpoint %q, want %q", p.endpoint, want)
 	}
 	if got := idsOf(p.next(t, msgWait)); len(got) != 2 {
@@ -211,6 +212,60 @@ func TestHeldEndpointMovesSocket(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.dir, first)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("refused socket %s: %v, want it removed", first, err)
+	}
+}
+
+// TestSlowRegistrationMovesSocket: a registration the kubelet completes
+// only after the plugin's timeout spends its path: the server moves to a
+// new path and registers from there, and never sends the first path
+// again (the stub fails the test if it does). The kubelet's stream on the
+// first path ends with its listener.
+func TestSlowRegistrationMovesSocket(t *testing.T) {
+	e := newEnv(t, Options{RetryInterval: time.Hour, Timeout: 200 * time.Millisecond}, false)
+	e.kubelet.mu.Lock()
+	e.kubelet.slow, e.kubelet.slowBy = 1, time.Second
+	e.kubelet.mu.Unlock()
+
+	e.update(t, timeslice.Resources{migRes: migDevs(0, "1g.10gb", 1, 7, 8)})
+	var got []string
+	for _, r := range e.kubelet.requests() {
+		got = append(got, r.Endpoint)
+	}
+	if diff := cmp.Diff([]string{e.listener(migRes, 0), e.listener(migRes, 1)}, got); diff != "" {
+		t.Errorf("completed registrations (-want +got):\n%s", diff)
+	}
+	p := e.kubelet.plugin(t, migRes, msgWait)
+	if want := e.listener(migRes, 1); p.endpoint != want {
+		t.Errorf("kubelet's plugin on %q, want %q", p.endpoint, want)
+	}
+	if got := idsOf(p.next(t, msgWait)); len(got) != 2 {
+		t.Errorf("list %v, want 2 devices", got)
+	}
+}
+
+// TestEachManagerNewSockets: a Manager started after another stopped (an
+// agent restart) serves on paths of its own, so a kubelet that has not
+// yet noticed the first Manager's streams end refuses nothing.
+func TestEachManagerNewSockets(t *testing.T) {
+	e := newEnv(t, Options{RetryInterval: time.Hour}, false)
+	res := timeslice.Resources{migRes: migDevs(0, "1g.10gb", 1, 7)}
+	e.update(t, res)
+	first := e.socket(migRes)
+	e.m.Stop()
+	m2, err := New(Options{DevicePluginDir: e.dir, Logger: discardLogger(), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m2.Stop)
+	if err := m2.Update(context.Background(), res); err != nil {
+		t.Fatalf("second Manager's Update: %v", err)
+	}
+	second := m2.SocketPath(migRes)
+	if second == first || second == "" {
+		t.Errorf("second Manager serves on %q, the first served on %q; want a path of its own", second, first)
+	}
+	if got := e.kubelet.registrations()[migRes]; got != 2 {
+		t.Errorf("%d registrations, want 2", got)
 	}
 }
 
@@ -223,16 +278,13 @@ func TestReturningResourceNewSocket(t *testing.T) {
 	e.update(t, res)
 	e.kubelet.plugin(t, migRes, msgWait).next(t, msgWait)
 	e.update(t, timeslice.Resources{})
-	e.kubelet.mu.Lock()
-	e.kubelet.held = map[string]bool{SocketName(migRes): true}
-	e.kubelet.mu.Unlock()
 	e.update(t, res)
 	reqs := e.kubelet.requests()
 	var got []string
 	for _, r := range reqs {
 		got = append(got, r.Endpoint)
 	}
-	if diff := cmp.Diff([]string{SocketName(migRes), listenerSocketName(migRes, 1)}, got); diff != "" {
+	if diff := cmp.Diff([]string{e.listener(migRes, 0), e.listener(migRes, 1)}, got); diff != "" {
 		t.Errorf("registered endpoints (-want +got):\n%s", diff)
 	}
 }
@@ -242,9 +294,9 @@ func TestReturningResourceNewSocket(t *testing.T) {
 // every other file.
 func TestStaleSocketsRemoved(t *testing.T) {
 	dir := shortTempDir(t)
-	stale := filepath.Join(dir, listenerSocketName(migRes, 3))
+	stale := filepath.Join(dir, listenerSocketName(migRes, "0badc0de", 3))
 	staleSocket(t, stale)
-	live := filepath.Join(dir, SocketName("example.com/other"))
+	live := filepath.Join(dir, listenerSocketName("example.com/other", "0badc0de", 0))
 	liveSocket(t, live)
 	other := filepath.Join(dir, "someone-else.sock")
 	if err := os.WriteFile(other, nil, 0o600); err != nil {
@@ -370,7 +422,7 @@ func TestOwnSocketDeletedRestarts(t *testing.T) {
 		t.Errorf("list after restart %v", got)
 	}
 	// The new listener is on a path of its own, the one it registered.
-	if want := listenerSocketName(carvev1.GPUResource, 1); p.endpoint != want {
+	if want := e.listener(carvev1.GPUResource, 1); p.endpoint != want {
 		t.Errorf("registered endpoint %q, want %q", p.endpoint, want)
 	}
 	if _, err := os.Stat(filepath.Join(e.dir, p.endpoint)); err != nil {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,25 +16,6 @@ import (
 
 	"github.com/carve-dev/carve/timeslice"
 )
-
-// SocketName returns the socket file name of a resource's server:
-// "carve-" + the resource name with every character other than letters,
-// digits, '.', '-' and '_' (the '/' in particular) written as '_' + ".sock".
-// nvidia.com/mig-1g.10gb is served on carve-nvidia.com_mig-1g.10gb.sock.
-func SocketName(resource string) string {
-	var b strings.Builder
-	b.WriteString("carve-")
-	for _, r := range resource {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	b.WriteString(".sock")
-	return b.String()
-}
 
 // advertised is one device as ListAndWatch reports it.
 type advertised struct {
@@ -102,7 +82,13 @@ type server struct {
 	regGen uint64
 	// regKubelet is the kubelet socket file the last registration went to.
 	regKubelet os.FileInfo
-	stopped    bool
+	// spent says a registration of the current listener's path failed
+	// after it may have reached the kubelet (a refusal, a timeout): the
+	// path is never sent again, the server moves to a new one first
+	// (Manager.register), since a second registration on a path the
+	// kubelet holds an endpoint at leaves that endpoint stuck.
+	spent   bool
+	stopped bool
 }
 
 func newServer(m *Manager, resource string) *server {
@@ -227,7 +213,7 @@ func (s *server) startLocked() error {
 	g := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(g, s)
 	s.mu.Lock()
-	s.socket, s.grpc, s.sockInfo, s.registered, s.stopped = path, g, info, false, false
+	s.socket, s.grpc, s.sockInfo, s.registered, s.spent, s.stopped = path, g, info, false, false, false
 	s.mu.Unlock()
 	go func() {
 		if err := g.Serve(ln); err != nil {
@@ -351,45 +337,39 @@ func (s *server) holds(match func(timeslice.Device) bool) bool {
 }
 
 // register registers the server with the kubelet, unless the current
-// listener is registered already. A failed connection is retried a few
-// times within the timeout: a kubelet that just created its socket may not
-// accept yet.
+// listener is registered already or its path is spent. A registration that
+// cannot have reached the kubelet (unreached: a kubelet that just created
+// its socket may not accept yet) is retried a few times within the
+// timeout; any other failure marks the path spent and is returned.
 func (s *server) register(ctx context.Context) error {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
 	s.mu.Lock()
-	g, gen, done, path := s.grpc, s.regGen, s.registered, s.socket
+	g, gen, done, spent, path := s.grpc, s.regGen, s.registered, s.spent, s.socket
 	s.mu.Unlock()
 	if g == nil || done {
 		return nil // stopped meanwhile, or registered by a concurrent call
 	}
 	kubelet := filepath.Join(s.m.opts.DevicePluginDir, s.m.opts.KubeletSocket)
-	ctx, cancel := context.WithTimeout(ctx, s.m.opts.Timeout)
-	defer cancel()
 	req := &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     filepath.Base(path),
 		ResourceName: s.resource,
 		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
 	}
-	var (
-		err  error
-		info os.FileInfo
-	)
-	for attempt := 0; ; attempt++ {
-		if info, err = registerOnce(ctx, kubelet, req); err == nil {
-			break
+	if spent {
+		return fmt.Errorf("register %s (socket %s) with kubelet %s: %w", s.resource, req.Endpoint, kubelet, errSpent)
+	}
+	info, err := registerRetrying(ctx, kubelet, req, s.m.opts.Timeout)
+	if err != nil {
+		if !unreached(err) {
+			s.mu.Lock()
+			if s.grpc == g {
+				s.spent = true
+			}
+			s.mu.Unlock()
 		}
-		if held(err) {
-			return fmt.Errorf("register %s (socket %s) with kubelet %s: %w: %w", s.resource, req.Endpoint, kubelet, errEndpointHeld, err)
-		}
-		if attempt >= 4 || ctx.Err() != nil {
-			return fmt.Errorf("register %s (socket %s) with kubelet %s: %w", s.resource, req.Endpoint, kubelet, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(20<<attempt) * time.Millisecond):
-		}
+		return fmt.Errorf("register %s (socket %s) with kubelet %s: %w", s.resource, req.Endpoint, kubelet, err)
 	}
 	s.mu.Lock()
 	if s.grpc == g && s.regGen == gen {
@@ -398,6 +378,43 @@ func (s *server) register(ctx context.Context) error {
 	s.mu.Unlock()
 	s.m.log.Info("registered with kubelet", "resource", s.resource, "endpoint", req.Endpoint)
 	return nil
+}
+
+// errNotSent marks a registration the context ended before.
+var errNotSent = errors.New("registration not sent")
+
+// errSpent marks a registration not sent because an earlier one on the
+// same path may have reached the kubelet.
+var errSpent = errors.New("an earlier registration on this socket may have reached the kubelet; not sending another")
+
+// isSpent reports whether the current listener's path is spent.
+func (s *server) isSpent() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spent && s.grpc != nil
+}
+
+// registerRetrying sends req until the kubelet accepts it, a failure other
+// than an unreached one comes, five tries were made or timeout passes. A
+// context that ends before a try means that try is not sent, so the error
+// then is unreached.
+func registerRetrying(ctx context.Context, kubelet string, req *pluginapi.RegisterRequest, timeout time.Duration) (os.FileInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		info, err := registerOnce(ctx, kubelet, req)
+		if err == nil || !unreached(err) || attempt >= 4 {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err // the last try's error: nothing reached the kubelet
+		case <-time.After(time.Duration(20<<attempt) * time.Millisecond):
+		}
+	}
 }
 
 // registerOnce sends one registration; it returns the kubelet socket file

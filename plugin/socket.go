@@ -1,41 +1,73 @@
 package plugin
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// errEndpointHeld marks a registration the kubelet refused because it
-// still holds an endpoint at the same socket path.
-var errEndpointHeld = errors.New("the kubelet still holds an endpoint at this socket path")
-
-// held reports whether the kubelet refused a registration because it
-// holds an endpoint at the same path already ("device plugin already
-// connected"). The kubelet keeps such an endpoint until the stream of the
-// listener that had the path ends and it notices; if a registration on the
-// same path comes in between, kubelet 1.37 drops its record of the old
-// client and keeps the endpoint for good, refusing that path from then on.
-func held(err error) bool {
-	return err != nil && strings.Contains(status.Convert(err).Message(), "device plugin already connected")
+// socketBase returns the name every socket of a resource's servers starts
+// with: "carve-" + the resource name with every character other than
+// letters, digits, '.', '-' and '_' (the '/' in particular) written as '_'.
+// nvidia.com/mig-1g.10gb gives carve-nvidia.com_mig-1g.10gb.
+func socketBase(resource string) string {
+	var b strings.Builder
+	b.WriteString("carve-")
+	for _, r := range resource {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
 }
 
 // listenerSocketName is the socket file name of the n-th listener (from 0)
-// of a resource in this process: SocketName for the first, then
-// SocketName with "+<n>" before ".sock". '+' never occurs in a SocketName,
+// of a resource in the Manager whose token is token:
+// socketBase + "+" + token + "-" + n + ".sock", for example
+// carve-nvidia.com_gpu+3f9a1c2e-0.sock. '+' never occurs in a socketBase,
 // so no listener of one resource takes a name of another's.
-func listenerSocketName(resource string, n uint64) string {
-	base := SocketName(resource)
-	if n == 0 {
-		return base
+//
+// No two listeners share a path, across restarts of the server and of
+// the agent: the kubelet keys device-plugin endpoints by socket path, and
+// kubelet 1.37 handles a registration on a path it still holds an
+// endpoint at (the previous listener's, whose end it has not noticed yet)
+// by refusing it and dropping its record of the old client, after which
+// it keeps that dead endpoint for good (see spent).
+func listenerSocketName(resource, token string, n uint64) string {
+	return fmt.Sprintf("%s+%s-%d.sock", socketBase(resource), token, n)
+}
+
+// newSocketToken returns the random token that sets a Manager's socket
+// names apart from those of every earlier Manager (an agent restart).
+func newSocketToken() (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("socket name token: %w", err)
 	}
-	return fmt.Sprintf("%s+%d.sock", strings.TrimSuffix(base, ".sock"), n)
+	return hex.EncodeToString(b[:]), nil
+}
+
+// unreached reports whether a failed Register cannot have reached the
+// kubelet's handler: the kubelet socket file is missing, the context ended
+// before it was sent, or no connection was made (Unavailable, which is also what a kubelet that died
+// meanwhile, taking its endpoints with it, gives). Such a registration is
+// retried on the same path; any other failure, a timeout included, may
+// have left the kubelet with a record of the path, so the path is spent.
+func unreached(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, errNotSent) || status.Code(err) == codes.Unavailable
 }
 
 // answers reports whether a process accepts connections on the unix socket

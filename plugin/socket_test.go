@@ -48,7 +48,7 @@ func TestSocketMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{DefaultKubeletSocket: true, listenerSocketName(carvev1.GPUResource, 1): true, SocketName(migRes): true}
+	want := map[string]bool{DefaultKubeletSocket: true, e.listener(carvev1.GPUResource, 1): true, e.listener(migRes, 0): true}
 	for _, en := range entries {
 		if !want[en.Name()] {
 			t.Errorf("left in the device-plugin directory: %s", en.Name())
@@ -74,7 +74,7 @@ func checkSocketMode(t *testing.T, path string) {
 // srwxrwxrwx in between.
 func TestSocketNeverWider(t *testing.T) {
 	withUmask(t, 0)
-	path := filepath.Join(shortTempDir(t), SocketName(carvev1.GPUResource))
+	path := filepath.Join(shortTempDir(t), listenerSocketName(carvev1.GPUResource, "0badc0de", 0))
 	var stop atomic.Bool
 	seen, wider := 0, map[string]int{} // looks, and looks by wider mode
 	var wg sync.WaitGroup

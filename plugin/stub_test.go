@@ -54,11 +54,18 @@ type stubKubelet struct {
 	regs    []*pluginapi.RegisterRequest
 	plugins map[string]*stubPlugin
 	conns   []*grpc.ClientConn
+	// attempts counts the Register calls per endpoint, failed ones too.
+	attempts map[string]int
 	// reject makes Register fail.
 	reject bool
 	// held are endpoints whose registrations are refused as the kubelet
 	// refuses a path it still holds an endpoint at.
 	held map[string]bool
+	// slow is how many of the next registrations the stub completes (dials
+	// back, opens ListAndWatch) but answers only after slowBy, as a
+	// kubelet under load answers after the plugin's timeout.
+	slow   int
+	slowBy time.Duration
 }
 
 // stubPlugin is the kubelet's side of one registered plugin.
@@ -79,11 +86,26 @@ func startStubKubelet(t testing.TB, dir string) *stubKubelet {
 		t.Fatalf("stub kubelet: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &stubKubelet{t: t, dir: dir, sock: sock, srv: grpc.NewServer(), ctx: ctx, cancel: cancel, plugins: map[string]*stubPlugin{}}
+	k := &stubKubelet{t: t, dir: dir, sock: sock, srv: grpc.NewServer(), ctx: ctx, cancel: cancel,
+		plugins: map[string]*stubPlugin{}, attempts: map[string]int{}}
 	pluginapi.RegisterRegistrationServer(k.srv, k)
 	go func() { _ = k.srv.Serve(ln) }() // returns when stop closes ln
 	t.Cleanup(k.stop)
+	t.Cleanup(k.checkPathsOnce)
 	return k
+}
+
+// checkPathsOnce fails the test if a Register call came twice for one
+// endpoint: the real kubelet 1.37 can then keep a dead endpoint for good
+// (listenerSocketName), so no test may pass while doing it.
+func (k *stubKubelet) checkPathsOnce() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for endpoint, n := range k.attempts {
+		if n > 1 {
+			k.t.Errorf("stub kubelet: %d registrations on endpoint %s; a path is registered once", n, endpoint)
+		}
+	}
 }
 
 // stop stops the stub; its socket file goes away.
@@ -100,7 +122,12 @@ func (k *stubKubelet) stop() {
 
 func (k *stubKubelet) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	k.mu.Lock()
+	k.attempts[req.Endpoint]++
 	reject, held := k.reject, k.held[req.Endpoint]
+	slow := k.slow > 0
+	if slow {
+		k.slow--
+	}
 	k.mu.Unlock()
 	if reject {
 		return nil, errors.New("stub kubelet rejects registrations")
@@ -142,7 +169,14 @@ func (k *stubKubelet) Register(ctx context.Context, req *pluginapi.RegisterReque
 	k.regs = append(k.regs, req)
 	k.plugins[req.ResourceName] = p
 	k.conns = append(k.conns, conn)
+	slowBy := k.slowBy
 	k.mu.Unlock()
+	if slow {
+		select {
+		case <-time.After(slowBy):
+		case <-k.ctx.Done():
+		}
+	}
 	return &pluginapi.Empty{}, nil
 }
 
@@ -388,15 +422,22 @@ func (e *env) update(t testing.TB, res timeslice.Resources) {
 }
 
 // socket returns the socket path of a resource's current listener, or,
-// when the resource has no server, the path of its first listener.
+// when the resource has no server, the path of its last listener (of its
+// first, when it never had one).
 func (e *env) socket(resource string) string {
-	e.m.mu.Lock()
-	s := e.m.servers[resource]
-	e.m.mu.Unlock()
-	if s == nil {
-		return filepath.Join(e.dir, SocketName(resource))
+	if p := e.m.SocketPath(resource); p != "" {
+		return p
 	}
-	return s.socketPath()
+	e.m.socketsMu.Lock()
+	n := max(e.m.listeners[resource], 1) - 1
+	e.m.socketsMu.Unlock()
+	return filepath.Join(e.dir, listenerSocketName(resource, e.m.token, n))
+}
+
+// listener returns the socket name of a resource's n-th listener (from 0)
+// in the env's Manager.
+func (e *env) listener(resource string, n uint64) string {
+	return listenerSocketName(resource, e.m.token, n)
 }
 
 // dialPlugin connects to a plugin's socket as the kubelet would.

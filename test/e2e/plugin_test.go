@@ -127,6 +127,10 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 		NVML:            m,
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RetryInterval:   time.Second,
+		// A loaded CI machine's kubelet can take longer than the default
+		// to answer a registration; a timeout moves the server to a new
+		// socket, which works but makes Update report the failure.
+		Timeout: 20 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -241,8 +245,9 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 
 	// A resource that goes and at once comes back is registered again at
 	// once, before the kubelet may have noticed the old server's stream
-	// end. On the old server's socket path kubelet 1.37 can then refuse
-	// the path for good ("device plugin already connected").
+	// end. Had it the old server's socket path, kubelet 1.37 would refuse
+	// it and keep the old, dead endpoint for good ("device plugin already
+	// connected").
 	t.Run("a resource that goes and comes back at once is registered each time", func(t *testing.T) {
 		res := expand(t, gpus, 3)
 		without := maps.Clone(res)

@@ -3,6 +3,7 @@ package allocate
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func TestNodes(t *testing.T) {
 				t.Errorf("strided(16) is on %d physical devices, want %d", got, tt.physical)
 			}
 			// Both servers registered, each with a stream open.
-			want := []string{plugin.SocketName(tt.resource), stubSocket}
+			want := []string{filepath.Base(tt.srv.mgr.SocketPath(tt.resource)), stubSocket}
 			if diff := cmp.Diff(want, tt.srv.kubelet.registered()); diff != "" {
 				t.Errorf("registrations (-want +got):\n%s", diff)
 			}

@@ -65,7 +65,7 @@ func startServers(ctx context.Context, n *node) (_ *servers, err error) {
 	if err := s.startStub(); err != nil {
 		return nil, err
 	}
-	if s.carve, err = s.dial(filepath.Join(dir, plugin.SocketName(n.resource))); err != nil {
+	if s.carve, err = s.dial(s.mgr.SocketPath(n.resource)); err != nil {
 		return nil, err
 	}
 	if s.stubClient, err = s.dial(filepath.Join(dir, stubSocket)); err != nil {
