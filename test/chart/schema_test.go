@@ -34,6 +34,7 @@ func TestBadValuesFail(t *testing.T) {
 		{"cdi with dra", "advertise: dra\ncdi: true", []string{"cdi", "advertise: dra"}},
 		{"bad pull policy", "image: {pullPolicy: Sometimes}", []string{"/image/pullPolicy"}},
 		{"bad log level", "logLevel: verbose", []string{"/logLevel"}},
+		{"surge: two agents on a node", "updateStrategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1}}", []string{"/updateStrategy/rollingUpdate", "maxSurge"}},
 		{"negative port", "metrics: {port: -1}", []string{"/metrics/port", "minimum"}},
 		{"port too large", "metrics: {port: 70000}", []string{"/metrics/port", "maximum"}},
 		{"port as a string", "metrics: {port: \"9465\"}", []string{"/metrics/port", "integer"}},
