@@ -487,9 +487,14 @@ func TestRegistrationRetried(t *testing.T) {
 		t.Fatalf("Update error %v, want a registration error", err)
 	}
 	// The server serves anyway and registers once the kubelet accepts.
-	if _, err := dialPlugin(t, e.socket(carvev1.GPUResource)).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
-		t.Fatalf("server not serving after failed registration: %v", err)
-	}
+	// Each refusal moves it to a new socket (the stub checks no path is
+	// sent twice), so a dial can meet a socket just left; one must work.
+	eventually(t, msgWait, "server serving after failed registration", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := dialPlugin(t, e.socket(carvev1.GPUResource)).GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+		return err == nil
+	})
 	e.kubelet.mu.Lock()
 	e.kubelet.reject = false
 	e.kubelet.mu.Unlock()

@@ -345,12 +345,17 @@ func (s *server) register(ctx context.Context) error {
 	s.regMu.Lock()
 	defer s.regMu.Unlock()
 	s.mu.Lock()
-	g, gen, done, spent, path := s.grpc, s.regGen, s.registered, s.spent, s.socket
+	g, gen, done, spent, stopped, path := s.grpc, s.regGen, s.registered, s.spent, s.stopped, s.socket
 	s.mu.Unlock()
-	if g == nil || done {
-		return nil // stopped meanwhile, or registered by a concurrent call
+	if stopped || done {
+		return nil // stopped for good meanwhile, or registered by a concurrent call
 	}
 	kubelet := filepath.Join(s.m.opts.DevicePluginDir, s.m.opts.KubeletSocket)
+	if g == nil {
+		// Between two listeners (a concurrent restart), or the last
+		// restart failed: nothing to register now, and not registered.
+		return fmt.Errorf("register %s with kubelet %s: %w", s.resource, kubelet, errNoListener)
+	}
 	req := &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     filepath.Base(path),
@@ -379,6 +384,10 @@ func (s *server) register(ctx context.Context) error {
 	s.m.log.Info("registered with kubelet", "resource", s.resource, "endpoint", req.Endpoint)
 	return nil
 }
+
+// errNoListener marks a registration of a server that has no listener at
+// the moment.
+var errNoListener = errors.New("the server has no listener now (restarting)")
 
 // errNotSent marks a registration the context ended before.
 var errNotSent = errors.New("registration not sent")
