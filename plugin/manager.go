@@ -493,9 +493,11 @@ func (m *Manager) reconcile(ctx context.Context) {
 }
 
 // register registers a server with the kubelet. A server whose path is
-// spent (an earlier registration on it may have reached the kubelet) moves
-// to a new path first, and once more when this registration spends the
-// path it is on, so that a refusal or a timeout costs no retry interval.
+// spent (an earlier registration on it may have reached the kubelet: one
+// that succeeded, before the kubelet restarted or seemed to) moves to a new
+// path first, and once more when this registration fails after spending
+// the path it is on, so that a refusal or a timeout costs no retry
+// interval.
 func (m *Manager) register(ctx context.Context, s *server) error {
 	if err := m.moveIfSpent(s); err != nil {
 		return err

@@ -742,6 +742,34 @@ func TestReconcileNoticesNewKubelet(t *testing.T) {
 	k2.plugin(t, carvev1.GPUResource, msgWait).next(t, msgWait)
 }
 
+// TestLateKubeletEventMovesSocket: the kubelet.sock creation event of a
+// restarted kubelet can come after the servers registered with that very
+// kubelet (their sockets' deletion woke the reconcile loop first). The
+// registration it asks for goes to a new socket: a second registration on
+// the first path would be refused, and kubelet 1.37 would then keep the
+// first endpoint for good. The stream of the first ends with its listener.
+func TestLateKubeletEventMovesSocket(t *testing.T) {
+	e := newEnv(t, Options{RetryInterval: time.Hour}, false)
+	e.update(t, timeslice.Resources{migRes: migDevs(0, "1g.10gb", 1, 7)})
+	first := e.kubelet.plugin(t, migRes, msgWait)
+	first.next(t, msgWait)
+
+	e.m.markUnregistered() // what Run does on kubelet.sock's creation
+	e.m.reconcile(context.Background())
+	p := e.kubelet.plugin(t, migRes, msgWait)
+	if want := e.listener(migRes, 1); p.endpoint != want {
+		t.Errorf("registered again on %q, want %q", p.endpoint, want)
+	}
+	if got := idsOf(p.next(t, msgWait)); len(got) != 1 {
+		t.Errorf("list %v, want 1 device", got)
+	}
+	select {
+	case <-first.done:
+	case <-time.After(msgWait):
+		t.Error("stream of the first listener did not end")
+	}
+}
+
 func TestStopRemovesSockets(t *testing.T) {
 	e := newEnv(t, Options{}, false)
 	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0), migRes: migDevs(1, "1g.10gb", 1, 7)})

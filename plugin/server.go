@@ -82,10 +82,10 @@ type server struct {
 	regGen uint64
 	// regKubelet is the kubelet socket file the last registration went to.
 	regKubelet os.FileInfo
-	// spent says a registration of the current listener's path failed
-	// after it may have reached the kubelet (a refusal, a timeout): the
-	// path is never sent again, the server moves to a new one first
-	// (Manager.register), since a second registration on a path the
+	// spent says a registration of the current listener's path was sent
+	// and may have reached the kubelet (it succeeded, was refused, timed
+	// out): the path is never sent again, the server moves to a new one
+	// first (Manager.register), since a second registration on a path the
 	// kubelet holds an endpoint at leaves that endpoint stuck.
 	spent   bool
 	stopped bool
@@ -377,8 +377,14 @@ func (s *server) register(ctx context.Context) error {
 		return fmt.Errorf("register %s (socket %s) with kubelet %s: %w", s.resource, req.Endpoint, kubelet, err)
 	}
 	s.mu.Lock()
-	if s.grpc == g && s.regGen == gen {
-		s.registered, s.regKubelet = true, info
+	if s.grpc == g {
+		// Registered: the path is never sent again either. A request to
+		// register again (a kubelet.sock created, maybe seen only after
+		// this registration went to that very kubelet) moves the server.
+		s.spent = true
+		if s.regGen == gen {
+			s.registered, s.regKubelet = true, info
+		}
 	}
 	s.mu.Unlock()
 	s.m.log.Info("registered with kubelet", "resource", s.resource, "endpoint", req.Endpoint)
