@@ -1,11 +1,15 @@
-// Package docs checks the user documentation (README.md and docs/*.md) as
-// a reader meets it: every relative link leads to a file, and to a heading
-// of it where it names one; every YAML snippet is a complete file of a
-// kind a reader can use as it is (a profile file carvectl validate accepts,
-// Helm values the chart renders with, Kubernetes objects, a mig-parted
-// configuration, Prometheus configuration); import.md's example is what
-// carvectl import writes; and every carvectl command shown exists, with
-// flags it has.
+// Package docs checks the user documentation (README.md, docs/*.md and
+// docs/internals/*.md) as a reader meets it: every relative link leads to a
+// file, and to a heading of it where it names one; every YAML snippet is a
+// complete file of a kind a reader can use as it is (a profile file
+// carvectl validate accepts, Helm values the chart renders with, Kubernetes
+// objects, a mig-parted configuration, Prometheus configuration);
+// import.md's example is what carvectl import writes; every sh and bash
+// snippet is bash; and every kubectl, helm and carvectl command a snippet
+// runs (found by a shell parser, in pipelines, $(...) and functions too)
+// names a command the tool has, with flags it has: kubectl's and helm's
+// parsed by their cobra command trees, their arguments counted too,
+// carvectl's checked against the built carvectl's -h.
 package docs
 
 import (

@@ -2,8 +2,6 @@ package docs
 
 import (
 	"fmt"
-	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -171,85 +169,5 @@ func TestImportExample(t *testing.T) {
 	}
 	if diff := cmp.Diff(out, string(res.YAML)); diff != "" {
 		t.Errorf("docs/import.md: the stdout shown differs from what carvectl import writes (-shown +written):\n%s", diff)
-	}
-}
-
-// carvectlCall is one carvectl command of a shell snippet: its command
-// (with the import format), and the flags it passes.
-type carvectlCall struct {
-	where   string
-	command []string
-	flags   []string
-}
-
-// carvectlCalls returns the carvectl commands of the documentation's sh
-// snippets, continuation lines joined, each command of a pipeline or list.
-func carvectlCalls(t *testing.T) []carvectlCall {
-	t.Helper()
-	var out []carvectlCall
-	for _, p := range pages(t) {
-		for _, s := range harness.Snippets(p.Text) {
-			if s.Lang != "sh" && s.Lang != "bash" {
-				continue
-			}
-			text := strings.ReplaceAll(s.Text, "\\\n", " ")
-			for i, line := range strings.Split(text, "\n") {
-				line, _, _ = strings.Cut(line, "#")
-				for _, seg := range strings.FieldsFunc(line, func(r rune) bool { return r == '|' || r == ';' || r == '&' }) {
-					w := strings.Fields(seg)
-					if len(w) < 2 || w[0] != "carvectl" {
-						continue
-					}
-					c := carvectlCall{where: fmt.Sprintf("%s:%d", p.Path, s.Line+i), command: w[1:2]}
-					if w[1] == "import" && len(w) > 2 {
-						c.command = w[1:3]
-					}
-					for _, a := range w[1:] {
-						if strings.HasPrefix(a, "-") && a != "-" {
-							name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-							c.flags = append(c.flags, name)
-						}
-					}
-					out = append(out, c)
-				}
-			}
-		}
-	}
-	return out
-}
-
-// TestCarvectlCommands: every carvectl command the documentation shows
-// names a command carvectl has, with flags that command has (as its -h
-// lists them).
-func TestCarvectlCommands(t *testing.T) {
-	calls := carvectlCalls(t)
-	if len(calls) == 0 {
-		t.Fatal("no carvectl command found: the extraction is broken")
-	}
-	bin, err := harness.Build(t.Context(), root, t.TempDir(), "carvectl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	helps := map[string]string{}
-	for _, c := range calls {
-		key := strings.Join(c.command, " ")
-		help, ok := helps[key]
-		if !ok {
-			out, _ := exec.CommandContext(t.Context(), bin, append(slices.Clone(c.command), "-h")...).CombinedOutput()
-			help = string(out)
-			helps[key] = help
-		}
-		if strings.Contains(help, "unknown command") || strings.Contains(help, "unknown format") {
-			t.Errorf("%s: carvectl has no command %q", c.where, key)
-			continue
-		}
-		for _, f := range c.flags {
-			if f == "h" || f == "help" {
-				continue
-			}
-			if !regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(f) + `(\s|$)`).MatchString(help) {
-				t.Errorf("%s: carvectl %s has no flag -%s", c.where, key, f)
-			}
-		}
 	}
 }
