@@ -109,6 +109,8 @@ type Suite struct {
 	once sync.Once
 	c    *Cluster
 	err  error
+	// tests holds the names of the tests that asked for the cluster.
+	tests sync.Map
 }
 
 // NewSuite returns a Suite that starts its cluster with opts.
@@ -116,7 +118,10 @@ func NewSuite(opts Options) *Suite { return &Suite{opts: opts} }
 
 // Cluster returns the suite's cluster, starting it on first use. It skips t
 // like ForTest, and fails t when the cluster could not start. Tests must
-// leave the cluster as they found it (delete their pods and objects).
+// leave the cluster as they found it (delete their pods and objects, stop
+// their device plugins): after each test the node must offer no
+// device-plugin resource within 20 s, or the test fails (and a kubelet
+// holding a stale endpoint is restarted, see checkDevicePlugins).
 func (s *Suite) Cluster(t testing.TB) *Cluster {
 	t.Helper()
 	skipUnlessPossible(t)
@@ -136,13 +141,18 @@ func (s *Suite) Cluster(t testing.TB) *Cluster {
 	if s.err != nil {
 		t.Fatalf("start cluster: %v", s.err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			var b strings.Builder
-			s.c.DumpLogs(&b, 40)
-			t.Logf("component logs (test failed):\n%s", b.String())
-		}
-	})
+	// Once per top-level test: a subtest ends while its parent may still
+	// run a device plugin.
+	if _, seen := s.tests.LoadOrStore(t.Name(), true); !seen && !strings.Contains(t.Name(), "/") {
+		t.Cleanup(func() {
+			s.checkDevicePlugins(t)
+			if t.Failed() {
+				var b strings.Builder
+				s.c.DumpLogs(&b, 40)
+				t.Logf("component logs (test failed):\n%s", b.String())
+			}
+		})
+	}
 	return s.c
 }
 
