@@ -50,6 +50,7 @@ func (l leftovers) String() string {
 // that counts those devices fail too; it is restarted, so that the failure
 // stays with the test that caused it.
 func (s *Suite) checkDevicePlugins(t testing.TB) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	l, err := s.c.waitNoDevicePlugins(ctx, 20*time.Second)
@@ -76,7 +77,7 @@ func (c *Cluster) waitNoDevicePlugins(ctx context.Context, limit time.Duration) 
 			return leftovers{}, err
 		}
 		if time.Now().After(deadline) {
-			return leftovers{offered: offered, serving: servingSockets()}, nil
+			return leftovers{offered: offered, serving: servingSockets(ctx)}, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -112,7 +113,7 @@ func extended(name corev1.ResourceName) bool {
 
 // servingSockets returns the plugin sockets of the device-plugin
 // directory that a process answers on (the kubelet's own excepted).
-func servingSockets() []string {
+func servingSockets(ctx context.Context) []string {
 	paths, _ := filepath.Glob(filepath.Join(DevicePluginDir, "*.sock"))
 	var out []string
 	for _, p := range paths {
@@ -122,7 +123,8 @@ func servingSockets() []string {
 		if fi, err := os.Lstat(p); err != nil || fi.Mode()&os.ModeSocket == 0 {
 			continue
 		}
-		conn, err := net.DialTimeout("unix", p, time.Second)
+		d := net.Dialer{Timeout: time.Second}
+		conn, err := d.DialContext(ctx, "unix", p)
 		if err == nil {
 			_ = conn.Close()
 			out = append(out, p)
