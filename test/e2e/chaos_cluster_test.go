@@ -17,7 +17,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -1133,20 +1132,14 @@ func startHealthPlugin(ctx context.Context, t *testing.T, c *cluster.Cluster, m 
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Run(runCtx) }()
+	// Cleanups run last first: the manager stops before its log is read.
 	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("device plugin: %v", err)
-		}
-		mgr.Stop()
 		if t.Failed() {
 			t.Logf("device plugin log (tail):\n%s", harness.Tail(logPath, 40))
 		}
 		lf.Close()
 	})
+	runManager(ctx, t, mgr)
 	if err := mgr.Update(ctx, res); err != nil {
 		t.Fatal(err)
 	}

@@ -115,6 +115,22 @@ func terminationMessage(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 	return msg
 }
 
+// runManager runs mgr's Run loop until the test ends, then stops it and
+// its servers; an error from Run fails the test.
+func runManager(ctx context.Context, t *testing.T, mgr *plugin.Manager) {
+	t.Helper()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("device plugin manager Run: %v", err)
+		}
+		mgr.Stop()
+	})
+}
+
 func TestDevicePluginOnRealKubelet(t *testing.T) {
 	c := suite.Cluster(t)
 	cs := c.Clientset()
@@ -135,16 +151,7 @@ func TestDevicePluginOnRealKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- mgr.Run(runCtx) }()
-	t.Cleanup(func() {
-		stopRun()
-		if err := <-runErr; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("manager Run: %v", err)
-		}
-		mgr.Stop()
-	})
+	runManager(ctx, t, mgr)
 	if err := mgr.Update(ctx, res); err != nil {
 		t.Fatalf("update: %v", err)
 	}
