@@ -16,7 +16,8 @@ import (
 )
 
 // TestCluster brings up a real single-node cluster, runs a pod through the
-// scheduler, kubelet and containerd, restarts the kubelet, runs a container
+// scheduler, kubelet and containerd, restarts the kubelet, leaves a stale
+// device-plugin endpoint and clears it, runs a container
 // with a CDI device, takes the API server down and up again, and checks
 // that Stop leaves nothing behind.
 func TestCluster(t *testing.T) {
@@ -62,6 +63,10 @@ func TestCluster(t *testing.T) {
 		if st.ModTime().Before(start) {
 			t.Errorf("kubelet socket %s (%s) predates the restart (%s)", c.KubeletSocket(), st.ModTime(), start)
 		}
+	})
+
+	t.Run("a stale device-plugin endpoint is seen, and gone after a kubelet restart", func(t *testing.T) {
+		checkStaleEndpoint(ctx, t, c)
 	})
 
 	t.Run("CDI device from CDIDir", func(t *testing.T) {

@@ -25,22 +25,16 @@ func TestExtendedResource(t *testing.T) {
 	}
 }
 
-func TestLeftovers(t *testing.T) {
+func TestLeftoversString(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		l     leftovers
-		stale bool
-		text  string
+		l    leftovers
+		want string
 	}{
-		{"nothing", leftovers{}, false, ""},
-		{"offered, nothing serving", leftovers{offered: map[string]int64{"nvidia.com/mig-1g.10gb": 7, "nvidia.com/gpu": 2}}, true, "nvidia.com/gpu=2, nvidia.com/mig-1g.10gb=7"},
-		{"offered and served", leftovers{offered: map[string]int64{"nvidia.com/gpu": 8}, serving: []string{"/x/carve-gpu.sock"}}, false, "nvidia.com/gpu=8"},
+		{leftovers{}, ""},
+		{leftovers{offered: map[string]int64{"nvidia.com/mig-1g.10gb": 7, "nvidia.com/gpu": 2}}, "nvidia.com/gpu=2, nvidia.com/mig-1g.10gb=7"},
 	} {
-		if got := tc.l.stale(); got != tc.stale {
-			t.Errorf("%s: stale() = %v, want %v", tc.name, got, tc.stale)
-		}
-		if got := tc.l.String(); got != tc.text {
-			t.Errorf("%s: String() = %q, want %q", tc.name, got, tc.text)
+		if got := tc.l.String(); got != tc.want {
+			t.Errorf("%v: String() = %q, want %q", tc.l.offered, got, tc.want)
 		}
 	}
 }
