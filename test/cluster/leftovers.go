@@ -90,23 +90,28 @@ func (s *Suite) checkDevicePlugins(t testing.TB) {
 }
 
 // waitNoDevicePlugins waits up to limit until the node offers no
-// device-plugin resource, and returns what is left then.
+// device-plugin resource, and returns what is left then. It fails early,
+// with that component's log, when a cluster process exits.
 func (c *Cluster) waitNoDevicePlugins(ctx context.Context, limit time.Duration) (leftovers, error) {
-	deadline := time.Now().Add(limit)
-	for {
-		offered, err := c.offeredDevices(ctx)
-		if err != nil || len(offered) == 0 {
-			return leftovers{}, err
+	lctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var offered map[string]int64
+	err := c.waitFor(lctx, "the node to offer no device-plugin resource", c.watchedProcs(), func(ctx context.Context) error {
+		now, err := c.offeredDevices(ctx)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return leftovers{offered: offered, serving: servingSockets(ctx)}, nil
+		if offered = now; len(offered) > 0 {
+			return fmt.Errorf("it offers %s", leftovers{offered: offered})
 		}
-		select {
-		case <-ctx.Done():
-			return leftovers{}, fmt.Errorf("waiting for the kubelet to offer no device-plugin resource: %w", ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
+		return nil
+	})
+	// What is left counts when limit passed (not ctx, not a process exit)
+	// and the last successful read found devices.
+	if err == nil || ctx.Err() != nil || lctx.Err() == nil || len(offered) == 0 {
+		return leftovers{}, err
 	}
+	return leftovers{offered: offered, serving: servingSockets(ctx)}, nil
 }
 
 // offeredDevices returns the node's allocatable extended resources (those

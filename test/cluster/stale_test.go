@@ -18,9 +18,10 @@ const staleResource = "example.com/stale"
 // checkStaleEndpoint makes the kubelet hold a stale endpoint as a device
 // plugin that registers twice on one socket path does, and checks that
 // the node and the kubelet's own count (what the suite's after-test check
-// reads) show it, and that a kubelet restart clears it: the kubelet refuses the second registration ("already connected")
-// and, in refusing, forgets its client of the first, so when the plugin
-// stops nothing disconnects the endpoint and its devices stay allocatable.
+// reads) show it, and that a kubelet restart clears it: the kubelet
+// refuses the second registration ("already connected") and, in refusing,
+// forgets its client of the first, so when the plugin stops nothing
+// disconnects the endpoint and its devices stay allocatable.
 func checkStaleEndpoint(ctx context.Context, t *testing.T, c *Cluster) {
 	t.Helper()
 	devs := []*pluginapi.Device{{ID: "a", Health: pluginapi.Healthy}, {ID: "b", Health: pluginapi.Healthy}}
@@ -28,12 +29,8 @@ func checkStaleEndpoint(ctx context.Context, t *testing.T, c *Cluster) {
 	if err := stub.Start(ctx); err != nil {
 		t.Fatalf("start the stub plugin: %v", err)
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = stub.Stop(klog.Background())
-		}
-	}()
+	// Stop may be called again; this one is for a test that ends early.
+	defer func() { _ = stub.Stop(klog.Background()) }()
 	if err := stub.Register(ctx, c.KubeletSocket(), staleResource, ""); err != nil {
 		t.Fatalf("register the stub plugin: %v", err)
 	}
@@ -43,7 +40,6 @@ func checkStaleEndpoint(ctx context.Context, t *testing.T, c *Cluster) {
 	if err := stub.Register(ctx, c.KubeletSocket(), staleResource, ""); err == nil {
 		t.Skipf("kubelet %s accepts a second registration on one socket path; no stale endpoint to check", KubernetesVersion())
 	}
-	stopped = true
 	if err := stub.Stop(klog.Background()); err != nil {
 		t.Fatalf("stop the stub plugin: %v", err)
 	}
@@ -72,19 +68,14 @@ func checkStaleEndpoint(ctx context.Context, t *testing.T, c *Cluster) {
 func waitOffered(ctx context.Context, c *Cluster, resource string, n int64) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var last map[string]int64
-	for {
+	return c.waitFor(ctx, fmt.Sprintf("the node to offer %s=%d", resource, n), c.watchedProcs(), func(ctx context.Context) error {
 		offered, err := c.offeredDevices(ctx)
-		if err == nil && offered[resource] == n {
-			return nil
+		if err != nil {
+			return err
 		}
-		if err == nil {
-			last = offered
+		if offered[resource] != n {
+			return fmt.Errorf("it offers %s", leftovers{offered: offered})
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the node never offered %s=%d (last: %v): %w", resource, n, last, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
