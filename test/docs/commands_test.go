@@ -244,17 +244,13 @@ func isCarvectl(pkg string) bool {
 	return pkg == "cmd/carvectl" || strings.HasSuffix(pkg, "/cmd/carvectl")
 }
 
-// cobraTools builds the command tree of kubectl and of helm, each as its
-// binary does, fresh for each call checked: parsing leaves values behind.
-var cobraTools = map[string]func() (*cobra.Command, error){"kubectl": newKubectl, "helm": newHelm}
-
 // newKubectl returns kubectl's command tree: NewKubectlCommand with the
 // logging flags (-v, --vmodule) k8s.io/component-base/cli adds, as
 // cmd/kubectl runs it. It looks up no plugin and reads no kuberc.
-func newKubectl() (*cobra.Command, error) {
+func newKubectl() *cobra.Command {
 	root := kubectlcmd.NewKubectlCommand(kubectlcmd.KubectlOptions{IOStreams: genericiooptions.NewTestIOStreamsDiscard()})
 	logs.AddFlags(root.PersistentFlags())
-	return root, nil
+	return root
 }
 
 // newHelm returns helm's command tree, as cmd/helm builds it (with the
@@ -269,9 +265,20 @@ func newHelm() (*cobra.Command, error) {
 }
 
 // checkCall checks a kubectl or helm call against the tool's command tree,
-// as checkCobra does; the error names the call's page and line.
+// as checkCobra does; the error names the call's page and line. The tree
+// is built fresh for each call, as the tool's binary builds it: parsing
+// leaves values behind.
 func checkCall(c toolCall) error {
-	root, err := cobraTools[c.Tool]()
+	var root *cobra.Command
+	var err error
+	switch c.Tool {
+	case "kubectl":
+		root = newKubectl()
+	case "helm":
+		root, err = newHelm()
+	default:
+		err = fmt.Errorf("%s is neither kubectl nor helm", c.Tool)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.Where, err)
 	}
