@@ -51,6 +51,11 @@ const (
 	// failed on this revision of the profile file; no further node starts
 	// a disruptive change until the file changes.
 	ReasonRolloutHalted = "RolloutHalted"
+	// ReasonRolloutFenced (Warning): the node's rollout slot could not be
+	// renewed in time (API server unreachable, the agent paused, the slot
+	// lost), so the disruptive change stopped at an operation boundary; it
+	// goes on once the node holds its slot again.
+	ReasonRolloutFenced = "RolloutFenced"
 	// ReasonRebootRequired (Warning): a MIG mode change needs a GPU reset
 	// that cannot happen now.
 	ReasonRebootRequired = "RebootRequired"

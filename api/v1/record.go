@@ -38,6 +38,14 @@ type NodeRecord struct {
 	// Waiting says what a pending node waits for (a maintenance window, a
 	// rollout slot), "" when it waits for nothing.
 	Waiting string `json:"waiting,omitempty"`
+	// Change is set while the node is mid-change: from before its first
+	// disruptive step (withdrawing devices, a destroy, a MIG mode change,
+	// a reset, an eviction) until its new devices are advertised, so that
+	// the outside view is never behind the GPUs. The rollout counts such a
+	// node as unavailable: its slot is not taken over while Change is set,
+	// even when its agent stops renewing it. Nil when no change is under
+	// way.
+	Change *ChangeRecord `json:"change,omitempty"`
 	// GPUs are the node's GPUs, by index.
 	GPUs []GPURecord `json:"gpus"`
 	// Labels are the keys of the node labels carve wrote, sorted. carve
@@ -60,6 +68,21 @@ type SelectedProfile struct {
 	// of the record know which label to show as the pin.
 	PinLabel string `json:"pinLabel,omitempty"`
 }
+
+// ChangeRecord is a disruptive change in progress on the node.
+type ChangeRecord struct {
+	// Since is when the change began (just before its first disruptive
+	// step), RFC 3339 in UTC.
+	Since string `json:"since"`
+	// Profile is the profile the change realises.
+	Profile string `json:"profile"`
+	// Slot is the rollout slot (a Lease in the profile ConfigMap's
+	// namespace) the node holds for the change, "" when none bounds it.
+	Slot string `json:"slot,omitempty"`
+}
+
+// MidChange reports whether the record says the node is mid-change.
+func (r NodeRecord) MidChange() bool { return r.Change != nil }
 
 // GPURecord is one GPU in the NodeRecord.
 type GPURecord struct {

@@ -214,6 +214,10 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	if err != nil {
 		return err
 	}
+	slotDuration, slotRetry, err := rolloutTiming(getenv)
+	if err != nil {
+		return err
+	}
 	lib, err := openGPUs(o.gpus, o.gpuOptions())
 	if err != nil {
 		return err
@@ -243,7 +247,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 		KubeletRootDir: o.kubeletRootDir, CDIDir: o.cdiDir,
 		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
 		ProfileLabel: o.profileLabel, Labels: agent.LabelOptions{MIGManagerState: o.migManagerState, CarveOnly: !o.gfdLabels},
-		PauseOperands: o.pauseOperands,
+		PauseOperands: o.pauseOperands, RolloutSlotDuration: slotDuration, RolloutRetry: slotRetry,
 	})
 	if err != nil {
 		return err

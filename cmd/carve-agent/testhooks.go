@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/carve-dev/carve/partition"
 )
@@ -82,4 +84,37 @@ func exitAfterOps(v string, log *slog.Logger, exit func(int)) (func(int, int, pa
 		}
 		return nil
 	}, nil
+}
+
+// RolloutTimingEnv names a test hook for rollout tests: when set to
+// "slot=<duration>,retry=<duration>" (either part may be left out), the
+// agent's rollout slots last that long without renewal and a change
+// waiting for a slot asks again that often, instead of the defaults
+// (agent.DefaultSlotDuration, agent.DefaultSlotRetry), so that a fleet
+// test can see slots expire within seconds.
+const RolloutTimingEnv = "CARVE_TEST_ROLLOUT"
+
+// rolloutTiming returns the slot duration and retry RolloutTimingEnv asks
+// for (zero for a part not given: the default).
+func rolloutTiming(getenv func(string) string) (slot, retry time.Duration, err error) {
+	v := getenv(RolloutTimingEnv)
+	if v == "" {
+		return 0, 0, nil
+	}
+	for part := range strings.SplitSeq(v, ",") {
+		key, val, _ := strings.Cut(part, "=")
+		d, perr := time.ParseDuration(val)
+		if perr != nil || d <= 0 {
+			return 0, 0, fmt.Errorf("%s=%q: %q: want slot=<duration>,retry=<duration>", RolloutTimingEnv, v, part)
+		}
+		switch key {
+		case "slot":
+			slot = d
+		case "retry":
+			retry = d
+		default:
+			return 0, 0, fmt.Errorf("%s=%q: unknown part %q: want slot=<duration>,retry=<duration>", RolloutTimingEnv, v, key)
+		}
+	}
+	return slot, retry, nil
 }

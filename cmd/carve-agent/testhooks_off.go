@@ -4,6 +4,7 @@ package main
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/carve-dev/carve/partition"
 )
@@ -19,4 +20,11 @@ func afterOpHook(func(string) string, *slog.Logger, func(int)) (func(int, int, p
 // carve_testhooks build tag (see testhooks.go).
 func simOpJournal(func(string) string, partition.NVML) (func() error, error) {
 	return nil, nil
+}
+
+// rolloutTiming reads nothing: this binary was built without the
+// carve_testhooks build tag, so its rollout keeps the default timing (see
+// testhooks.go).
+func rolloutTiming(func(string) string) (slot, retry time.Duration, err error) {
+	return 0, 0, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/gpus"
@@ -103,5 +104,27 @@ func TestSimOpJournal(t *testing.T) {
 	}
 	if want := "GPU 1 SetMIGMode(enabled)"; !strings.HasPrefix(string(got), want) || strings.Count(string(got), "\n") != 1 {
 		t.Errorf("journal %q, want one line starting %q (nothing after the journal was closed)", got, want)
+	}
+}
+
+// TestRolloutTiming: CARVE_TEST_ROLLOUT sets the slot duration and retry,
+// either alone, and refuses what is not a positive duration or a known part.
+func TestRolloutTiming(t *testing.T) {
+	for v, want := range map[string][2]time.Duration{
+		"":                  {0, 0},
+		"slot=6s":           {6 * time.Second, 0},
+		"retry=500ms":       {0, 500 * time.Millisecond},
+		"slot=6s,retry=1s":  {6 * time.Second, time.Second},
+		"retry=1s,slot=10s": {10 * time.Second, time.Second},
+	} {
+		slot, retry, err := rolloutTiming(func(string) string { return v })
+		if err != nil || slot != want[0] || retry != want[1] {
+			t.Errorf("%q: slot %s, retry %s, err %v; want %s, %s", v, slot, retry, err, want[0], want[1])
+		}
+	}
+	for _, v := range []string{"slot", "slot=", "slot=-1s", "slot=0s", "lease=5s", "slot=5s,"} {
+		if _, _, err := rolloutTiming(func(string) string { return v }); err == nil || !strings.Contains(err.Error(), RolloutTimingEnv) {
+			t.Errorf("%q: err %v, want one naming %s", v, err, RolloutTimingEnv)
+		}
 	}
 }
