@@ -46,9 +46,11 @@ type rolloutStatus struct {
 // agent takes the slot over when that Node is gone or records no change
 // in progress, and leaves it stuck otherwise.
 type slotStatus struct {
-	Name    string    `json:"name"`
-	Node    string    `json:"node"`
-	Since   time.Time `json:"since"`
+	Name  string    `json:"name"`
+	Node  string    `json:"node"`
+	Since time.Time `json:"since"`
+	// Renewed is the holder's last renewal, Expires when that runs out.
+	Renewed time.Time `json:"renewed"`
 	Expires time.Time `json:"expires"`
 	// Expired says Expires has passed: the holder no longer renews it.
 	Expired bool `json:"expired,omitempty"`
@@ -116,37 +118,44 @@ func rolloutOf(ctx context.Context, cs kubernetes.Interface, ns, name string, no
 
 // add counts one Lease.
 func (r *rolloutStatus) add(l *coordinationv1.Lease, now time.Time) {
-	holder := ""
-	if l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
-	}
-	renewed, dur := time.Time{}, time.Duration(0)
-	if l.Spec.RenewTime != nil {
-		renewed = l.Spec.RenewTime.Time
-	}
-	if l.Spec.LeaseDurationSeconds != nil {
-		dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-	}
-	if holder == "" {
+	s, ok := slotOfLease(l, now)
+	if !ok {
 		return
 	}
-	expired := dur > 0 && !now.Before(renewed.Add(dur))
 	switch l.Labels[carvev1.LeaseLabelKind] {
 	case rollout.KindMember:
-		if !expired {
+		if !s.Expired {
 			r.Nodes++
 		}
 	case rollout.KindFailure:
-		if !expired && l.Annotations[carvev1.LeaseAnnotationRevision] == r.Revision {
-			r.Failed = append(r.Failed, holder)
+		if !s.Expired && l.Annotations[carvev1.LeaseAnnotationRevision] == r.Revision {
+			r.Failed = append(r.Failed, s.Node)
 		}
 	case rollout.KindSlot:
-		since := renewed
-		if l.Spec.AcquireTime != nil {
-			since = l.Spec.AcquireTime.Time
-		}
-		r.Slots = append(r.Slots, slotStatus{Name: l.Name, Node: holder, Since: since.UTC(), Expires: renewed.Add(dur).UTC(), Expired: expired})
+		r.Slots = append(r.Slots, s)
 	}
+}
+
+// slotOfLease reads a rollout Lease's holder and times at now; ok is
+// false for one without a holder (a released slot). A Lease without a
+// duration never expires.
+func slotOfLease(l *coordinationv1.Lease, now time.Time) (slotStatus, bool) {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return slotStatus{}, false
+	}
+	s := slotStatus{Name: l.Name, Node: *l.Spec.HolderIdentity}
+	if l.Spec.RenewTime != nil {
+		s.Renewed = l.Spec.RenewTime.UTC()
+	}
+	s.Since, s.Expires = s.Renewed, s.Renewed
+	if l.Spec.AcquireTime != nil {
+		s.Since = l.Spec.AcquireTime.UTC()
+	}
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		s.Expires = s.Renewed.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+		s.Expired = !now.Before(s.Expires)
+	}
+	return s, true
 }
 
 // readHolder reads the Node of an expired slot's holder: whether it is

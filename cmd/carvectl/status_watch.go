@@ -354,13 +354,13 @@ func (s *statusWatch) setRollout(ro rolloutStatus) error {
 	return nil
 }
 
-// sameRollout says a and b differ at most in when the slots expire, which
-// moves on each renewal.
+// sameRollout says a and b differ at most in when the slots were renewed
+// and expire, which moves on each renewal.
 func sameRollout(a, b rolloutStatus) bool {
 	strip := func(r rolloutStatus) rolloutStatus {
 		r.Slots = slices.Clone(r.Slots)
 		for i := range r.Slots {
-			r.Slots[i].Expires = time.Time{}
+			r.Slots[i].Renewed, r.Slots[i].Expires = time.Time{}, time.Time{}
 		}
 		return r
 	}
