@@ -32,6 +32,7 @@ type Metrics struct {
 	waiting       prometheus.Gauge
 	halted        prometheus.Gauge
 	drainDeadline prometheus.Gauge
+	stuck         *prometheus.GaugeVec
 	live          *liveCollector
 
 	// The series last set, so that the next reconcile deletes only those
@@ -39,6 +40,7 @@ type Metrics struct {
 	// reconciling goroutine touches them.
 	lastResources []string
 	lastProfile   []string
+	lastStuck     [][2]string
 }
 
 // NewMetrics creates the metrics and registers them on reg. Series whose
@@ -74,9 +76,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		waiting:       gauge("carve_agent_rollout_waiting", "1 while disruptive changes on this node wait for a rollout slot (none free, the rollout halted, or the rollout Leases unreadable), else 0."),
 		halted:        gauge("carve_agent_rollout_halted", "1 when the rollout of the profile file's current revision is halted (its failure budget spent), as this node last learnt it, else 0."),
 		drainDeadline: gauge("carve_agent_drain_deadline_timestamp_seconds", "Unix time at which the drain of the change that devices in use block times out (or timed out: the change still waits for them); 0 when no change is blocked."),
-		live:          newLiveCollector(),
+		stuck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_agent_rollout_slot_stuck_seconds",
+			Help: "For each rollout slot this agent found stuck when it last asked for one (expired, while its holder's node still records a change in progress, so it is not taken over), the seconds since the slot expired; no series while none is.",
+		}, []string{"slot", "holder"}),
+		live: newLiveCollector(),
 	}
-	for _, c := range []prometheus.Collector{m.reconciles, m.applyDuration, m.devices, m.state, m.profile, m.slotHeld, m.waiting, m.halted, m.drainDeadline, m.live} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.applyDuration, m.devices, m.state, m.profile, m.slotHeld, m.waiting, m.halted, m.drainDeadline, m.stuck, m.live} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register agent metrics: %w", err)
 		}
@@ -139,6 +145,22 @@ func (m *Metrics) observe(res Result, err error) {
 		deadline = float64(res.DrainDeadline.UnixMilli()) / 1000
 	}
 	m.drainDeadline.Set(deadline)
+	m.setStuck(res.Rollout.Stuck)
+}
+
+// setStuck sets the stuck slots' series and deletes those no longer stuck.
+func (m *Metrics) setStuck(stuck []StuckSlot) {
+	var cur [][2]string
+	for _, s := range stuck {
+		m.stuck.WithLabelValues(s.Slot, s.Holder).Set(s.For.Seconds())
+		cur = append(cur, [2]string{s.Slot, s.Holder})
+	}
+	for _, k := range m.lastStuck {
+		if !slices.Contains(cur, k) {
+			m.stuck.DeleteLabelValues(k[0], k[1])
+		}
+	}
+	m.lastStuck = cur
 }
 
 // setDevices sets the devices advertised per resource and deletes the

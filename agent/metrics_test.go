@@ -18,6 +18,7 @@ import (
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/plugin"
+	"github.com/carve-dev/carve/rollout"
 	"github.com/carve-dev/carve/timeslice"
 )
 
@@ -317,6 +318,28 @@ func TestMetricsRolloutOfRealReconciles(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A node that waits for a slot exports the slots it found stuck, with
+// how long ago each expired; a slot no longer stuck loses its series.
+func TestMetricsStuckSlots(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	h.r.Rollout = &fakeRollout{grant: true}
+	m, reg := newTestMetrics(t)
+	f := h.parse(testProfiles)
+	observeReconcile(t, h, m, f, "balanced", "r1")
+	stuck := rollout.Lease{Name: "carve-rollout-x-1", Kind: rollout.KindSlot, Holder: "gpu-b", Renewed: h.now.Add(-105 * time.Second), Duration: 15 * time.Second, Stuck: true}
+	h.r.Rollout = &fakeRollout{stuck: []rollout.Lease{stuck}}
+	observeReconcile(t, h, m, f, "small", "r1")
+	want := map[string]float64{`carve_agent_rollout_slot_stuck_seconds{holder="gpu-b",slot="carve-rollout-x-1"}`: 90}
+	if diff := cmp.Diff(want, pick(scrape(t, reg, "carve_"), "carve_agent_rollout_slot_stuck")); diff != "" {
+		t.Errorf("while stuck (-want +got):\n%s", diff)
+	}
+	h.r.Rollout = &fakeRollout{}
+	observeReconcile(t, h, m, f, "small", "r1")
+	if got := pick(scrape(t, reg, "carve_"), "carve_agent_rollout_slot_stuck"); len(got) != 0 {
+		t.Errorf("after the slot was taken over: %v, want no series", got)
 	}
 }
 

@@ -65,6 +65,8 @@ type pass struct {
 	// fenced is why the rollout's fence stopped the change at an
 	// operation boundary, nil while it did not.
 	fenced error
+	// stuck are the slots found stuck when asking for one.
+	stuck []StuckSlot
 	// release: the change is over and the node holds a slot, to be
 	// released once the record is written (Result.ReleaseSlot).
 	release bool

@@ -124,6 +124,19 @@ type RolloutStatus struct {
 	// Halted: the failure budget of the file's revision is spent, as this
 	// node last learnt it (asking for a slot, or reporting its change).
 	Halted bool
+	// Stuck are the slots this node found stuck when it asked for one in
+	// this pass: expired while their holders still record a change in
+	// progress.
+	Stuck []StuckSlot
+}
+
+// StuckSlot is a rollout slot whose holder stopped renewing it while
+// mid-change.
+type StuckSlot struct {
+	// Slot is the slot's Lease, Holder the node that holds it.
+	Slot, Holder string
+	// For is how long ago it expired.
+	For time.Duration
 }
 
 // Hooks are called by the Reconciler at points of an apply; they are given

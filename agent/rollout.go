@@ -74,6 +74,9 @@ func (p *pass) takeSlot() (bool, error) {
 	dec, err := r.Rollout.Acquire(p.ctx, policy, p.in.Revision)
 	if err == nil {
 		r.halted = haltedRevision{revision: p.in.Revision, halted: dec.Halted}
+		for _, l := range dec.Stuck {
+			p.stuck = append(p.stuck, StuckSlot{Slot: l.Name, Holder: l.Holder, For: max(p.in.Now.Sub(l.Expires()), 0)})
+		}
 	}
 	if err == nil && dec.Granted {
 		return true, nil
@@ -211,6 +214,7 @@ func (p *pass) rolloutStatus() RolloutStatus {
 		Holding: r.Rollout.Holding() && !p.release,
 		Waiting: len(p.queued) > 0,
 		Halted:  r.halted.halted && r.halted.revision == p.in.Revision,
+		Stuck:   p.stuck,
 	}
 }
 

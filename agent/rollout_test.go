@@ -21,6 +21,8 @@ type fakeRollout struct {
 	grant, halted bool
 	err           error
 	holding       bool
+	// stuck are the stuck slots a refusal names.
+	stuck []rollout.Lease
 	// fenceErr makes Fence refuse; confirmErr makes Confirm fail.
 	fenceErr, confirmErr error
 	calls                []string
@@ -41,7 +43,7 @@ func (f *fakeRollout) Acquire(_ context.Context, p configs.Rollout, _ string) (r
 		f.holding = true
 		return rollout.Decision{Granted: true, Slot: "s-0", Nodes: 3, Bound: p.MaxUnavailable.Of(3)}, nil
 	}
-	d := rollout.Decision{Nodes: 3, Bound: p.MaxUnavailable.Of(3), Holders: []string{"other"}, Halted: f.halted}
+	d := rollout.Decision{Nodes: 3, Bound: p.MaxUnavailable.Of(3), Holders: []string{"other"}, Halted: f.halted, Stuck: f.stuck}
 	if f.halted {
 		d.Failed = []string{"broken"}
 	}

@@ -122,7 +122,7 @@ func alertCases() []alertCase {
 	// stuck is the gauge of slot carve-rollout-p-0, held by n1, as waiting
 	// node waiter exports it.
 	stuck := func(waiter, values string) string {
-		return `carve_rollout_slot_stuck_seconds{node="` + waiter + `",slot="carve-rollout-p-0",holder="n1"} ` + values + "\n"
+		return `carve_agent_rollout_slot_stuck_seconds{node="` + waiter + `",slot="carve-rollout-p-0",holder="n1"} ` + values + "\n"
 	}
 	return []alertCase{
 		{"CarveNodeFailed", "failed 20m", `carve_agent_state{node="n1",state="failed"} 1x30`, 20 * m, node("severity", "warning")},
