@@ -9,21 +9,30 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
 )
+
+// onBalanced is a harness whose one H100 holds the balanced profile,
+// reached with a rollout that grants, its op log and change records reset.
+func onBalanced(t *testing.T) (*harness, *fakeRollout, *configs.File) {
+	t.Helper()
+	h := newHarness(t, "h100-80gb*1")
+	fr := &fakeRollout{grant: true}
+	h.r.Rollout = fr
+	f := h.parse(testProfiles)
+	h.reconcile(f, nil, "balanced")
+	h.m.ResetOpLog()
+	h.changes, fr.calls = nil, nil
+	return h, fr, f
+}
 
 // A disruptive change is recorded in progress before its first disruptive
 // step (no device withdrawn, no op run yet), the slot renewed after that
 // record; the record after the change no longer says so, and only then is
 // the slot released.
 func TestChangeRecordedBeforeTheFirstDisruptiveStep(t *testing.T) {
-	h := newHarness(t, "h100-80gb*1")
-	fr := &fakeRollout{grant: true}
-	h.r.Rollout = fr
-	f := h.parse(testProfiles)
-	h.reconcile(f, nil, "balanced")
-	h.changes, fr.calls = nil, nil
-	h.m.ResetOpLog()
+	h, fr, f := onBalanced(t)
 	withdrawnBefore := len(h.adv.withdrawn)
 	var opsAtRecord, withdrawnAtRecord int
 	var callsAtRecord []string
@@ -56,12 +65,7 @@ func TestChangeRecordedBeforeTheFirstDisruptiveStep(t *testing.T) {
 // A change whose record cannot be written does not start: no op, devices
 // as they were, state pending with the reason.
 func TestChangeNotStartedWithoutItsRecord(t *testing.T) {
-	h := newHarness(t, "h100-80gb*1")
-	fr := &fakeRollout{grant: true}
-	h.r.Rollout = fr
-	f := h.parse(testProfiles)
-	h.reconcile(f, nil, "balanced")
-	h.m.ResetOpLog()
+	h, _, f := onBalanced(t)
 	h.recordErr = errors.New("the API server is unreachable")
 	res := h.reconcile(f, nil, "small")
 	if res.State != carvev1.StatePending || len(h.mutations()) != 0 || !strings.Contains(res.Annotation.Waiting, "unreachable") {
@@ -76,13 +80,8 @@ func TestChangeNotStartedWithoutItsRecord(t *testing.T) {
 // before the record was written), nothing changes and the record says no
 // change is in progress again.
 func TestChangeNotStartedWhenTheSlotIsLost(t *testing.T) {
-	h := newHarness(t, "h100-80gb*1")
-	fr := &fakeRollout{grant: true}
-	h.r.Rollout = fr
-	f := h.parse(testProfiles)
-	h.reconcile(f, nil, "balanced")
-	h.m.ResetOpLog()
-	h.changes, fr.confirmErr = nil, errors.New("the slot was taken over")
+	h, fr, f := onBalanced(t)
+	fr.confirmErr = errors.New("the slot was taken over")
 	res := h.reconcile(f, nil, "small")
 	if res.State != carvev1.StatePending || len(h.mutations()) != 0 || !hasEvent(res.Events, carvev1.ReasonRolloutFenced, true) {
 		t.Fatalf("state %s, ops %v, events %v; want pending, no op, %s", res.State, h.mutations(), reasons(res.Events), carvev1.ReasonRolloutFenced)
@@ -97,13 +96,7 @@ func TestChangeNotStartedWhenTheSlotIsLost(t *testing.T) {
 // the slot kept and the checkpoint too. Once the fence opens, the next
 // pass finishes with the remaining ops and releases the slot.
 func TestFenceStopsTheApplyAtAnOpBoundary(t *testing.T) {
-	h := newHarness(t, "h100-80gb*1")
-	fr := &fakeRollout{grant: true}
-	h.r.Rollout = fr
-	f := h.parse(testProfiles)
-	h.reconcile(f, nil, "balanced")
-	h.m.ResetOpLog()
-	h.changes = nil
+	h, fr, f := onBalanced(t)
 	h.r.Hooks.AfterOp = func(_, step int, _ partition.Op) error {
 		if step == 2 {
 			fr.fenceErr = errors.New("the API server is unreachable")
@@ -137,11 +130,7 @@ func TestFenceStopsTheApplyAtAnOpBoundary(t *testing.T) {
 // A change interrupted by a restart is still in progress for the new
 // agent: it keeps the record's change until the change is done.
 func TestChangeInProgressSurvivesARestart(t *testing.T) {
-	h := newHarness(t, "h100-80gb*1")
-	fr := &fakeRollout{grant: true}
-	h.r.Rollout = fr
-	f := h.parse(testProfiles)
-	h.reconcile(f, nil, "balanced")
+	h, fr, f := onBalanced(t)
 	h.r.Hooks.AfterOp = func(_, step int, _ partition.Op) error {
 		if step == 2 {
 			return errors.New("killed here")

@@ -21,9 +21,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -102,11 +104,7 @@ func (s *Strict) update(action k8stesting.Action) (bool, runtime.Object, error) 
 		return false, nil, nil
 	}
 	gvr, ns := a.GetResource(), a.GetNamespace()
-	cur, err := s.cs.Tracker().Get(gvr, ns, m.GetName())
-	if err != nil {
-		return true, nil, err
-	}
-	cm, err := meta.Accessor(cur)
+	cm, err := s.stored(gvr, ns, m.GetName())
 	if err != nil {
 		return true, nil, err
 	}
@@ -133,11 +131,7 @@ func (s *Strict) delete(action k8stesting.Action) (bool, runtime.Object, error) 
 		return false, nil, nil
 	}
 	gvr, ns := a.GetResource(), a.GetNamespace()
-	cur, err := s.cs.Tracker().Get(gvr, ns, a.GetName())
-	if err != nil {
-		return true, nil, err
-	}
-	cm, err := meta.Accessor(cur)
+	cm, err := s.stored(gvr, ns, a.GetName())
 	if err != nil {
 		return true, nil, err
 	}
@@ -152,6 +146,15 @@ func (s *Strict) delete(action k8stesting.Action) (bool, runtime.Object, error) 
 		}
 	}
 	return true, nil, s.cs.Tracker().Delete(gvr, ns, a.GetName())
+}
+
+// stored is the metadata of the object stored under name.
+func (s *Strict) stored(gvr schema.GroupVersionResource, ns, name string) (metav1.Object, error) {
+	cur, err := s.cs.Tracker().Get(gvr, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return meta.Accessor(cur)
 }
 
 // list filters a list by its field selector, as the real server does for
