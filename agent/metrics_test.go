@@ -391,6 +391,7 @@ func TestNewExportsMetrics(t *testing.T) {
 		"carve_agent_apply_duration_seconds", "carve_agent_devices_advertised", "carve_agent_devices_unhealthy",
 		"carve_agent_drain_deadline_timestamp_seconds", "carve_agent_profile", "carve_agent_ready",
 		"carve_agent_reconciles_total", "carve_agent_rollout_halted", "carve_agent_rollout_slot_held",
+		"carve_agent_rollout_slot_stuck_seconds",
 		"carve_agent_rollout_waiting", "carve_agent_state",
 		"carve_device_plugin_allocation_failures_total", "carve_device_plugin_allocations_total", "carve_device_plugin_xid_events_total",
 	}
