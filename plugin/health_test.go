@@ -252,6 +252,7 @@ type fakeClock struct {
 	reads int
 }
 
+// Now is the clock's time, counted as a read.
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -259,12 +260,14 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// add moves the clock on by d.
 func (c *fakeClock) add(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
 
+// readCount is how often the clock was read.
 func (c *fakeClock) readCount() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
