@@ -15,8 +15,16 @@ import (
 	"github.com/carve-dev/carve/timeslice"
 )
 
-// resultError is the result label of a reconcile that could not finish.
-const resultError = "error"
+// ResultError is the result label of carve_agent_reconciles_total for a
+// reconcile that could not finish.
+const ResultError = "error"
+
+// ReconcileResults returns every value of the result label of
+// carve_agent_reconciles_total: the states a reconcile ends in, and
+// ResultError.
+func ReconcileResults() []string {
+	return append(carvev1.States(), ResultError)
+}
 
 // Metrics are the agent's Prometheus metrics. The device plugin registers
 // its own (allocations, XIDs) on the same registry. docs/monitoring.md
@@ -87,16 +95,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("register agent metrics: %w", err)
 		}
 	}
-	for _, s := range append(allStates(), resultError) {
-		m.reconciles.WithLabelValues(s)
+	for _, r := range ReconcileResults() {
+		m.reconciles.WithLabelValues(r)
 	}
 	m.setState("")
 	return m, nil
-}
-
-// allStates lists the values of carve.dev/state.
-func allStates() []string {
-	return []string{carvev1.StateSuccess, carvev1.StatePending, carvev1.StateDraining, carvev1.StateApplying, carvev1.StateFailed, carvev1.StateRebootRequired}
 }
 
 // watch makes the scrape read readiness from ready and device health from
@@ -127,7 +130,7 @@ func (m *Metrics) observe(res Result, err error) {
 		return
 	}
 	if err != nil {
-		m.reconciles.WithLabelValues(resultError).Inc()
+		m.reconciles.WithLabelValues(ResultError).Inc()
 		return
 	}
 	m.reconciles.WithLabelValues(res.State).Inc()
@@ -183,7 +186,7 @@ func (m *Metrics) setDevices(res timeslice.Resources) {
 
 // setState sets 1 for state and 0 for the others ("" sets all to 0).
 func (m *Metrics) setState(state string) {
-	for _, s := range allStates() {
+	for _, s := range carvev1.States() {
 		m.state.WithLabelValues(s).Set(oneIf(s == state))
 	}
 }
@@ -276,6 +279,57 @@ const maxProbeLabels = 32
 // summary's _sum and _count. Names are read through the client library's
 // own exposition, not from the descriptions' text.
 func MetricNames(c prometheus.Collector) ([]string, error) {
+	reg, err := probeRegistry(c)
+	if err != nil {
+		return nil, fmt.Errorf("metric names: %w", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("metric names: %w", err)
+	}
+	names := make([]string, 0, len(mfs))
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// MetricLabels returns, by metric family name, the sorted names of the
+// labels of the metric families c describes, variable and constant ones
+// (of a name described more than once, every description's): the labels
+// a scrape shows on its series, besides a histogram's le, a summary's
+// quantile and the target labels Prometheus adds. Like MetricNames it
+// reads the descriptions through the client library's exposition.
+func MetricLabels(c prometheus.Collector) (map[string][]string, error) {
+	reg, err := probeRegistry(c)
+	if err != nil {
+		return nil, fmt.Errorf("metric labels: %w", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, fmt.Errorf("metric labels: %w", err)
+	}
+	out := map[string][]string{}
+	for _, mf := range mfs {
+		names := out[mf.GetName()]
+		if names == nil {
+			names = []string{} // a metric without labels has an empty list
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				names = append(names, lp.GetName())
+			}
+		}
+		slices.Sort(names)
+		out[mf.GetName()] = slices.Compact(names)
+	}
+	return out, nil
+}
+
+// probeRegistry returns a registry holding one probe metric of every
+// description of c, to gather.
+func probeRegistry(c prometheus.Collector) (*prometheus.Registry, error) {
 	descs := make(chan *prometheus.Desc)
 	go func() {
 		c.Describe(descs)
@@ -299,22 +353,13 @@ func MetricNames(c prometheus.Collector) ([]string, error) {
 		probes = append(probes, m)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("metric names: %w", err)
+		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(probeCollector(probes)); err != nil {
-		return nil, fmt.Errorf("metric names: %w", err)
+		return nil, err
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		return nil, fmt.Errorf("metric names: %w", err)
-	}
-	names := make([]string, 0, len(mfs))
-	for _, mf := range mfs {
-		names = append(names, mf.GetName())
-	}
-	slices.Sort(names)
-	return slices.Compact(names), nil
+	return reg, nil
 }
 
 // probe makes a metric of d, with as many (empty) label values as d has

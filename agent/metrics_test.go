@@ -75,7 +75,7 @@ func pick(got map[string]float64, prefixes ...string) map[string]float64 {
 // stateSeries is carve_agent_state with 1 for state.
 func stateSeries(state string) map[string]float64 {
 	out := map[string]float64{}
-	for _, s := range allStates() {
+	for _, s := range carvev1.States() {
 		out[fmt.Sprintf("carve_agent_state{state=%q}", s)] = oneIf(s == state)
 	}
 	return out
@@ -100,7 +100,7 @@ func TestMetricsInitialSeries(t *testing.T) {
 		t.Fatal("registering twice succeeded")
 	}
 	want := stateSeries("")
-	for _, r := range append(allStates(), resultError) {
+	for _, r := range ReconcileResults() {
 		want[fmt.Sprintf("carve_agent_reconciles_total{result=%q}", r)] = 0
 	}
 	maps.Copy(want, map[string]float64{
@@ -405,6 +405,26 @@ func TestNewExportsMetrics(t *testing.T) {
 	}
 	if got := scrape(t, reg, "carve_agent_ready")["carve_agent_ready"]; got != 0 {
 		t.Errorf("carve_agent_ready = %v before Run, want 0", got)
+	}
+}
+
+// MetricLabels reads the label names of each name from its descriptions,
+// variable and constant ones, each name once.
+func TestMetricLabels(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		prometheus.NewCounterVec(prometheus.CounterOpts{Name: "a_total", Help: "h"}, []string{"y", "x"}),
+		prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h_seconds", Help: "h"}),
+		prometheus.NewGauge(prometheus.GaugeOpts{Name: "c", Help: "h", ConstLabels: prometheus.Labels{"k": "1"}}),
+		prometheus.NewGauge(prometheus.GaugeOpts{Name: "c", Help: "h", ConstLabels: prometheus.Labels{"k": "2"}}),
+	)
+	got, err := MetricLabels(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"a_total": {"x", "y"}, "h_seconds": {}, "c": {"k"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 

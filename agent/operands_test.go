@@ -3,15 +3,21 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -187,12 +193,51 @@ func TestReconcileRestoresOperandsAfterACrash(t *testing.T) {
 	}
 }
 
+// filterPodsByNode makes the fake's pod lists honour a field selector on
+// spec.nodeName as the API server does; the fake ignores field selectors.
+// A selector on any other field, or one that does not parse, is refused
+// (the API server evaluates more fields, but the agent uses none of them).
+func filterPodsByNode(client *fake.Clientset) {
+	client.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		la, ok := a.(k8stesting.ListActionImpl)
+		if !ok {
+			return true, nil, fmt.Errorf("list pods: unexpected action %T", a)
+		}
+		sel, err := fields.ParseSelector(la.ListOptions.FieldSelector)
+		if err != nil {
+			return true, nil, apierrors.NewBadRequest(fmt.Sprintf("field selector %q: %v", la.ListOptions.FieldSelector, err))
+		}
+		for _, r := range sel.Requirements() {
+			if r.Field != "spec.nodeName" {
+				return true, nil, apierrors.NewBadRequest(fmt.Sprintf("field label not supported by the test's fake: %s", r.Field))
+			}
+		}
+		obj, err := client.Tracker().List(la.GetResource(), la.GetKind(), la.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		list := obj.(*corev1.PodList)
+		list.Items = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool {
+			return !sel.Matches(fields.Set{"spec.nodeName": p.Spec.NodeName})
+		})
+		return true, list, nil
+	})
+}
+
+// TestNodeOperands: Pause sets the operand's label to paused and waits
+// until the operand's pods have left the node, not counting other pods of
+// the node nor the operand's pods on other nodes; Restore puts the label
+// back.
 func TestNodeOperands(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{exporterLabel: "true", "pool": "a"}}}
 	exporter := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "nvidia-dcgm-exporter-x"},
 		Spec: corev1.PodSpec{NodeName: "node-1", NodeSelector: map[string]string{exporterLabel: "true"}}}
 	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train"}, Spec: corev1.PodSpec{NodeName: "node-1"}}
-	client := fake.NewClientset(node, exporter, other)
+	// The exporter of another node stays: it must not hold up node-1's pause.
+	elsewhere := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "nvidia-dcgm-exporter-y"},
+		Spec: corev1.PodSpec{NodeName: "node-2", NodeSelector: map[string]string{exporterLabel: "true"}}}
+	client := fake.NewClientset(node, exporter, other, elsewhere)
+	filterPodsByNode(client)
 	o := &nodeOperands{client: client, node: "node-1", timeout: 300 * time.Millisecond, every: 20 * time.Millisecond}
 	ctx := context.Background()
 

@@ -305,6 +305,45 @@ func (h *harness) migUUID(gpu int, profile string) string {
 	return ""
 }
 
+// h100Labels are the node labels of GPU feature discovery's that carve
+// writes for two H100 80GB GPUs, whatever their layout.
+func h100Labels() map[string]string {
+	return map[string]string{
+		carvev1.LabelGPUCount: "2", carvev1.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", carvev1.LabelGPUMemory: "81559",
+		carvev1.LabelMIGCapable: "true", carvev1.LabelMIGStrategy: "mixed",
+	}
+}
+
+// h100MIGLabels are the labels of count MIG devices of an H100 80GB's
+// profile, each shared by replicas: memory in MiB, streaming
+// multiprocessors, compute slices (GPU and compute instance), and engines
+// copy, decoder and JPEG each (no encoder, no optical flow).
+func h100MIGLabels(profile string, count, replicas int, memory, sms, slices, engines string) map[string]string {
+	product, sharing := "NVIDIA-H100-80GB-HBM3-MIG-"+profile, "none"
+	if replicas > 1 {
+		product, sharing = product+"-SHARED", "time-slicing"
+	}
+	k := func(suffix string) string { return "nvidia.com/mig-" + profile + suffix }
+	return map[string]string{
+		k(".count"): fmt.Sprint(count), k(".replicas"): fmt.Sprint(replicas), k(".sharing-strategy"): sharing, k(".product"): product,
+		k(".memory"): memory, k(".multiprocessors"): sms, k(".slices.gi"): slices, k(".slices.ci"): slices,
+		k(".engines.copy"): engines, k(".engines.decoder"): engines, k(".engines.jpeg"): engines, k(".engines.encoder"): "0", k(".engines.ofa"): "0",
+	}
+}
+
+// merge returns the union of label maps.
+func merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		maps.Copy(out, m)
+	}
+	return out
+}
+
+// TestReconcileAppliesProfiles applies the default and a labelled MIG
+// profile to two H100s, and checks the layout, what is advertised, the
+// whole label map the agent writes (carve's and GPU feature discovery's),
+// the node record and that no checkpoint is left.
 func TestReconcileAppliesProfiles(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -317,16 +356,22 @@ func TestReconcileAppliesProfiles(t *testing.T) {
 			name: "default: whole GPUs", profile: "",
 			wantLayout: "0:whole 1:whole",
 			wantRes:    map[string]int{"nvidia.com/gpu": 2},
-			wantLabels: map[string]string{carvev1.LabelApplied: "full", carvev1.LabelSource: "default", carvev1.LabelState: "success", carvev1.LabelGPUCount: "2", carvev1.LabelSharingStrategy: "none", carvev1.LabelGPUReplicas: "1"},
+			wantLabels: merge(h100Labels(), map[string]string{
+				carvev1.LabelApplied: "full", carvev1.LabelSource: "default", carvev1.LabelState: "success",
+				carvev1.LabelSharingStrategy: "none", carvev1.LabelGPUReplicas: "1",
+			}),
 		},
 		{
 			name: "label: balanced MIG", profile: "balanced",
 			wantLayout: "0:[2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4] 1:[2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4]",
 			wantRes:    map[string]int{"nvidia.com/mig-1g.10gb": 8, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2},
-			wantLabels: map[string]string{
-				carvev1.LabelApplied: "balanced", carvev1.LabelSource: "label", carvev1.LabelState: "success", carvev1.LabelSharingStrategy: "time-slicing",
-				"nvidia.com/mig-1g.10gb.count": "4", "nvidia.com/mig-1g.10gb.replicas": "2", "nvidia.com/mig-3g.40gb.count": "2",
+			wantLabels: merge(h100Labels(), map[string]string{
+				carvev1.LabelApplied: "balanced", carvev1.LabelSource: "label", carvev1.LabelState: "success",
+				carvev1.LabelSharingStrategy: "time-slicing", carvev1.LabelGPUReplicas: "1",
 			},
+				h100MIGLabels("1g.10gb", 4, 2, "9984", "16", "1", "1"),
+				h100MIGLabels("2g.20gb", 2, 1, "20096", "32", "2", "2"),
+				h100MIGLabels("3g.40gb", 2, 1, "40448", "60", "3", "3")),
 		},
 	}
 	for _, tt := range tests {
@@ -342,13 +387,8 @@ func TestReconcileAppliesProfiles(t *testing.T) {
 			if diff := cmp.Diff(tt.wantRes, h.adv.counts()); diff != "" {
 				t.Errorf("advertised (-want +got):\n%s", diff)
 			}
-			for k, v := range tt.wantLabels {
-				if res.Labels[k] != v {
-					t.Errorf("label %s = %q, want %q", k, res.Labels[k], v)
-				}
-			}
-			if _, ok := res.Labels[carvev1.LabelWindow]; ok {
-				t.Errorf("window label outside windows")
+			if diff := cmp.Diff(tt.wantLabels, res.Labels); diff != "" {
+				t.Errorf("labels (-want +got):\n%s", diff)
 			}
 			// A disruptive change is recorded in progress first (one
 			// generation), then done.

@@ -31,6 +31,12 @@ const (
 	SourceNone = "none"
 )
 
+// Sources returns every Source value, SourceNone included: the values of
+// carve.dev/profile.source and of the source label of carve_agent_profile.
+func Sources() []string {
+	return []string{SourceWindow, SourceLabel, SourceRule, SourceDefault, SourceNone}
+}
+
 // DrainPolicy says what the agent does with pods that hold devices a change
 // removes.
 type DrainPolicy string

@@ -30,11 +30,18 @@ func TestFailRequestsFromProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range res[carvev1.GPUResource] {
-		want := d.GPU == 0
-		if d.FailRequestsGreaterThanOne != want {
-			t.Errorf("%s: FailRequestsGreaterThanOne = %v, want %v", d.ID, d.FailRequestsGreaterThanOne, want)
+	// Every device of the three GPUs, by ID, with its flag: only GPU 0's
+	// two replicas refuse more than one; GPU 1 is not shared.
+	gpu := carvev1.GPUResource + " "
+	want := map[string]bool{gpu + "GPU-a::0": true, gpu + "GPU-a::1": true, gpu + "GPU-b": false, gpu + "GPU-c::0": false, gpu + "GPU-c::1": false}
+	got := map[string]bool{}
+	for name, devs := range res {
+		for _, d := range devs {
+			got[name+" "+d.ID] = d.FailRequestsGreaterThanOne
 		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("devices and their FailRequestsGreaterThanOne (-want +got):\n%s", diff)
 	}
 }
 

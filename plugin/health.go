@@ -60,7 +60,7 @@ func (m *Manager) watchXIDs(ctx context.Context) (worked bool, err error) {
 		if ctx.Err() != nil {
 			return worked, nil
 		}
-		wait := m.recover(time.Now())
+		wait := m.recover(m.opts.Health.Now())
 		ev, err := es.Wait(wait)
 		switch {
 		case errors.Is(err, partition.ErrTimeout):
@@ -93,7 +93,7 @@ func (m *Manager) handleXID(ev partition.XIDEvent) {
 		}
 	}
 	m.log.Warn("critical XID; devices unhealthy", "gpu", ev.UUID, "xid", ev.XID, "gi", ev.GIID, "ci", ev.CIID, "devices", targets)
-	now := time.Now()
+	now := m.opts.Health.Now()
 	m.mu.Lock()
 	for _, u := range targets {
 		m.sick[u] = sickness{at: now, xid: ev.XID}

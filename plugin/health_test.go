@@ -4,6 +4,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,19 +20,21 @@ import (
 const testQuiet = time.Second
 
 // healthEnv runs a Manager with a fake NVML: GPUs 0, 1 and 3 shared 2 ways,
-// MIG devices GI 1, 2 and 3 (2 replicas each) on GPU 2.
-func healthEnv(t *testing.T, ignored []uint64, quiet time.Duration, reg prometheus.Registerer) (*env, *fakeNVML, map[string]*stubPlugin) {
+// MIG devices GI 1, 2 and 3 (2 replicas each) on GPU 2. h gives the
+// ignored XIDs, the quiet period and the clock; the loop polls every 10 ms.
+func healthEnv(t *testing.T, h HealthOptions, reg prometheus.Registerer) (*env, *fakeNVML, map[string]*stubPlugin) {
 	t.Helper()
 	f := newFakeNVML(4)
 	f.addMIG(2, 1)
 	f.addMIG(2, 2)
 	f.addMIG(2, 3)
+	h.Poll, h.MinBackoff, h.MaxBackoff = 10*time.Millisecond, 5*time.Millisecond, 20*time.Millisecond
 	e := newEnv(t, Options{
 		NVML:       f,
 		Registerer: reg,
 		// TestHealthXIDs starts its cases at once: registrations may be slow.
 		Timeout: 10 * time.Second,
-		Health:  HealthOptions{IgnoredXIDs: ignored, Quiet: quiet, Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+		Health:  h,
 	}, true)
 	res := timeslice.Resources{
 		sharedRes: sharedGPUs(2, 0, 1, 3),
@@ -118,7 +121,7 @@ func TestHealthXIDs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			e, f, plugins := healthEnv(t, tt.ignored, testQuiet, reg)
+			e, f, plugins := healthEnv(t, HealthOptions{IgnoredXIDs: tt.ignored, Quiet: testQuiet}, reg)
 			start := time.Now()
 			f.events <- tt.ev
 			// Every resource the XID must leave alone gets a sentinel XID
@@ -183,7 +186,7 @@ func TestHealthXIDs(t *testing.T) {
 
 func TestHealthQuietPeriodRestartsOnNewXID(t *testing.T) {
 	const quiet = time.Second
-	e, f, plugins := healthEnv(t, nil, quiet, nil)
+	e, f, plugins := healthEnv(t, HealthOptions{Quiet: quiet}, nil)
 	p := plugins[sharedRes]
 	first := time.Now()
 	f.events <- partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1}
@@ -241,14 +244,79 @@ func TestHealthLoopSurvivesNVMLErrors(t *testing.T) {
 	// Run's cleanup checks that cancel stops the loop.
 }
 
+// fakeClock is the health loop's clock in tests: it stands still until
+// the test moves it, and counts how often the loop read it.
+type fakeClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	reads int
+}
+
+// Now is the clock's time, counted as a read.
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads++
+	return c.now
+}
+
+// add moves the clock on by d.
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// readCount is how often the clock was read.
+func (c *fakeClock) readCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads
+}
+
+// waitLoopPass waits until the health loop has run recover at least once
+// on the clock as it is now: the loop reads the clock before each recover,
+// so a second read means a recover that started after now has ended.
+func (c *fakeClock) waitLoopPass(t *testing.T) {
+	t.Helper()
+	from := c.readCount()
+	deadline := time.Now().Add(msgWait)
+	for c.readCount() < from+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the health loop read the clock %d times in %v, want 2", c.readCount()-from, msgWait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitXIDsHandled waits until the Manager has handled n XID events,
+// critical and ignored (its XID counter).
+func waitXIDsHandled(t *testing.T, m *Manager, n int) {
+	t.Helper()
+	deadline := time.Now().Add(msgWait)
+	for {
+		got := testutil.ToFloat64(m.metrics.xids.WithLabelValues("true")) + testutil.ToFloat64(m.metrics.xids.WithLabelValues("false"))
+		if got >= float64(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v XID events handled after %v, want %d", got, msgWait, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestHealthStormBounded: a storm of hundreds of XIDs, critical and
 // ignored ones mixed, on whole GPUs and MIG devices, costs each resource
 // exactly two lists: one with the devices hit unhealthy, one with them
-// healthy again after the quiet period. Health changes are bounded by the
-// devices hit and the quiet period, not by the number of XIDs.
+// healthy again once the quiet period has passed, not a moment before.
+// Health changes are bounded by the devices hit and the quiet period, not
+// by the number of XIDs. The loop's clock is a fake one that stands still
+// during the storm, however long sending it takes.
 func TestHealthStormBounded(t *testing.T) {
 	const quiet = 2 * time.Second
-	e, f, plugins := healthEnv(t, nil, quiet, nil)
+	clock := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	e, f, plugins := healthEnv(t, HealthOptions{Quiet: quiet, Now: clock.Now}, nil)
 	sharedAll := allHealthy("GPU-0::0", "GPU-0::1", "GPU-1::0", "GPU-1::1", "GPU-3::0", "GPU-3::1")
 	migAll := allHealthy("MIG-2-1::0", "MIG-2-1::1", "MIG-2-2::0", "MIG-2-2::1", "MIG-2-3::0", "MIG-2-3::1")
 	storm := []partition.XIDEvent{
@@ -257,22 +325,32 @@ func TestHealthStormBounded(t *testing.T) {
 		{UUID: "GPU-2", XID: 94, GIID: 1, CIID: 0},
 		{UUID: "GPU-2", XID: 43, GIID: 3, CIID: 0}, // ignored
 	}
-	start := time.Now()
-	for i := range 600 {
+	const n = 600
+	for i := range n {
 		f.events <- storm[i%len(storm)]
 	}
-	if took := time.Since(start); took > quiet/2 {
-		t.Skipf("sending the storm took %v, too close to the quiet period %v to tell a flap from a recovery", took, quiet)
+	waitXIDsHandled(t, e.m, n)
+	sick := map[string]map[string]string{
+		sharedRes: with(sharedAll, "Unhealthy", "GPU-0::0", "GPU-0::1"),
+		migRes:    with(migAll, "Unhealthy", "MIG-2-1::0", "MIG-2-1::1"),
 	}
-	want := map[string][]map[string]string{
-		sharedRes: {with(sharedAll, "Unhealthy", "GPU-0::0", "GPU-0::1"), sharedAll},
-		migRes:    {with(migAll, "Unhealthy", "MIG-2-1::0", "MIG-2-1::1"), migAll},
+	names := slices.Sorted(maps.Keys(plugins))
+	for _, name := range names {
+		if diff := cmp.Diff(sick[name], summary(plugins[name].next(t, msgWait))); diff != "" {
+			t.Fatalf("%s: first list after the storm (-want +got):\n%s", name, diff)
+		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(plugins)) {
-		for i, w := range want[name] {
-			if diff := cmp.Diff(w, summary(plugins[name].next(t, msgWait+quiet))); diff != "" {
-				t.Fatalf("%s: list %d after the storm (-want +got):\n%s", name, i+1, diff)
-			}
+	// A moment before the quiet period ends, the devices are still sick.
+	clock.add(quiet - time.Nanosecond)
+	clock.waitLoopPass(t)
+	if diff := cmp.Diff(map[string]uint64{"GPU-0": 79, "MIG-2-1": 94}, e.m.Unhealthy()); diff != "" {
+		t.Fatalf("unhealthy devices just before the quiet period ends (-want +got):\n%s", diff)
+	}
+	clock.add(time.Nanosecond)
+	healthy := map[string]map[string]string{sharedRes: sharedAll, migRes: migAll}
+	for _, name := range names {
+		if diff := cmp.Diff(healthy[name], summary(plugins[name].next(t, msgWait))); diff != "" {
+			t.Fatalf("%s: second list after the storm, once the quiet period passed (-want +got):\n%s", name, diff)
 		}
 	}
 	// No third list: once every stream has sent its current list, the
@@ -281,8 +359,7 @@ func TestHealthStormBounded(t *testing.T) {
 	e.flush(t, sharedRes, migRes)
 	for name, s := range healthSentinels {
 		f.events <- s.ev
-		healthy := map[string]map[string]string{sharedRes: sharedAll, migRes: migAll}[name]
-		if diff := cmp.Diff(with(healthy, "Unhealthy", s.ids...), summary(plugins[name].next(t, msgWait))); diff != "" {
+		if diff := cmp.Diff(with(healthy[name], "Unhealthy", s.ids...), summary(plugins[name].next(t, msgWait))); diff != "" {
 			t.Errorf("%s: the next list after the storm is not the sentinel's (-want +got):\n%s", name, diff)
 		}
 	}

@@ -7,6 +7,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// XIDCriticalValues returns the values of the critical label of
+// carve_device_plugin_xid_events_total: "true" for an XID that marks
+// devices unhealthy, "false" for an ignored one.
+func XIDCriticalValues() []string { return []string{"true", "false"} }
+
 // metrics are the plugin's Prometheus collectors.
 type metrics struct {
 	allocations *prometheus.CounterVec
@@ -54,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	// Both values of critical exist from the first scrape, so that rate()
 	// and alerts see the first XID.
-	for _, critical := range []string{"true", "false"} {
+	for _, critical := range XIDCriticalValues() {
 		m.xids.WithLabelValues(critical)
 	}
 	return m, nil

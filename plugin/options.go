@@ -80,6 +80,10 @@ type HealthOptions struct {
 	// MinBackoff and MaxBackoff bound the exponential backoff after NVML
 	// errors (defaults DefaultHealthMinBackoff, DefaultHealthMaxBackoff).
 	MinBackoff, MaxBackoff time.Duration
+	// Now is the health loop's clock: when a critical XID hit a device,
+	// and whether its quiet period has passed; default time.Now. Tests
+	// move it to cross the quiet period at a moment of their choosing.
+	Now func() time.Time
 }
 
 // Options configures a Manager. The zero value is usable: the kubelet's
@@ -158,6 +162,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if h.MaxBackoff <= 0 {
 		h.MaxBackoff = DefaultHealthMaxBackoff
+	}
+	if h.Now == nil {
+		h.Now = time.Now
 	}
 	if h.MaxBackoff < h.MinBackoff {
 		return o, fmt.Errorf("plugin options: health max backoff %v below min backoff %v", h.MaxBackoff, h.MinBackoff)

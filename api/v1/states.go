@@ -19,6 +19,12 @@ const (
 	StateRebootRequired = "reboot-required"
 )
 
+// States returns every state, in the order of the constants above: the
+// values carve.dev/state and the state label of carve_agent_state take.
+func States() []string {
+	return []string{StateSuccess, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired}
+}
+
 // MIG manager states: the values NVIDIA's MIG manager writes to
 // LabelMIGManagerState.
 const (

@@ -270,8 +270,16 @@ func TestStatusCommand(t *testing.T) {
 		t.Fatalf("exit %d, kubeconfig %q, stderr %s", code, gotKubeconfig, stderr)
 	}
 	var rows []nodeStatus
-	if err := json.Unmarshal([]byte(stdout), &rows); err != nil || len(rows) != 2 {
-		t.Errorf("rows %v, err %v:\n%s", rows, err, stdout)
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatalf("%v:\n%s", err, stdout)
+	}
+	// pool=inference picks gpu-a, gpu-c and cpu-only, which is no GPU node.
+	var names []string
+	for _, r := range rows {
+		names = append(names, r.Node)
+	}
+	if diff := cmp.Diff([]string{"gpu-a", "gpu-c"}, names); diff != "" {
+		t.Errorf("nodes of --selector pool=inference (-want +got):\n%s", diff)
 	}
 	// A failed node still exits 0.
 	if code, stdout, _ := carvectl("status"); code != 0 || !strings.Contains(stdout, "failed") {

@@ -5,7 +5,10 @@
 //   - YAML 1.2 scalars: on, off, yes and no are strings, as are dates;
 //     only true and false are booleans;
 //   - numbers become json.Number; a number that is not finite (.inf, .nan)
-//     or an integer beyond 64 bits is a problem at its place;
+//     is a problem at its place, and so is an integer beyond 64 bits (one
+//     that does not fit an int64, in any notation: 99999999999999999999,
+//     0x1_0000_0000_0000_0000), rather than a float or a string;
+//     !!float 99999999999999999999, tagged, is the float 1e+20;
 //   - mapping keys are the text of scalar keys; a list or mapping as a key,
 //     a null key, and a key given twice are problems at their place;
 //   - one document: a second one that holds anything is a problem;
@@ -245,6 +248,10 @@ func (c *converter) key(path string, k *yaml.Node) (string, bool) {
 func (c *converter) scalar(path string, n *yaml.Node) any {
 	switch tag := n.ShortTag(); tag {
 	case "!!str", "!!timestamp", "!!binary":
+		if wideInteger(n) {
+			c.addf(path, n, "the integer %s is beyond 64 bits", n.Value)
+			return nil
+		}
 		return n.Value
 	case "!!null":
 		return nil
@@ -258,11 +265,15 @@ func (c *converter) scalar(path string, n *yaml.Node) any {
 	case "!!int":
 		var i int64
 		if err := n.Decode(&i); err != nil {
-			c.addf(path, n, "the number %s is out of range", n.Value)
+			c.addf(path, n, "the integer %s is beyond 64 bits", n.Value)
 			return nil
 		}
 		return json.Number(strconv.FormatInt(i, 10))
 	case "!!float":
+		if wideInteger(n) {
+			c.addf(path, n, "the integer %s is beyond 64 bits", n.Value)
+			return nil
+		}
 		var f float64
 		if err := n.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 			c.addf(path, n, "the number %s is not a finite number", n.Value)
@@ -273,4 +284,18 @@ func (c *converter) scalar(path string, n *yaml.Node) any {
 		c.addf(path, n, "unsupported tag %s on %q (write the value without it)", tag, n.Value)
 		return nil
 	}
+}
+
+// integerText matches the notations of an integer that yaml resolves as
+// one when it fits 64 bits (underscores removed first).
+var integerText = regexp.MustCompile(`^[-+]?(0b[01]+|0o[0-7]+|0x[0-9a-fA-F]+|[0-9]+)$`)
+
+// wideInteger reports whether n is written as an integer, plain and
+// untagged, that yaml resolved as a float (a decimal beyond 64 bits) or a
+// string (0x, 0o or 0b beyond 64 bits): an integer too wide for an int64.
+func wideInteger(n *yaml.Node) bool {
+	if n.Style != 0 {
+		return false // quoted, a block scalar, or tagged
+	}
+	return integerText.MatchString(strings.ReplaceAll(n.Value, "_", ""))
 }

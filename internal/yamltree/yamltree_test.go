@@ -17,8 +17,13 @@ func TestDecode(t *testing.T) {
 	}{
 		{"YAML 1.1 words are strings", "on: off\nyes: no\ny: n\n", map[string]any{"on": "off", "yes": "no", "y": "n"}},
 		{"booleans", "a: true\nb: false\n", map[string]any{"a": true, "b": false}},
-		{"numbers", "i: 0x1F\nf: 1.5\nw: 2.0\nn: -3\nbig: 99999999999999999999\n", map[string]any{
-			"i": json.Number("31"), "f": json.Number("1.5"), "w": json.Number("2"), "n": json.Number("-3"), "big": json.Number("1e+20"),
+		{"numbers", "i: 0x1F\nf: 1.5\nw: 2.0\nn: -3\nmax: 9223372036854775807\nu: 1_000\n", map[string]any{
+			"i": json.Number("31"), "f": json.Number("1.5"), "w": json.Number("2"), "n": json.Number("-3"),
+			"max": json.Number("9223372036854775807"), "u": json.Number("1000"),
+		}},
+		// Tagged as a float, or quoted, a wide integer is what it says.
+		{"wide integers as floats or strings", "f: !!float 99999999999999999999\ns: '99999999999999999999'\nx: \"0x10000000000000000\"\n", map[string]any{
+			"f": json.Number("1e+20"), "s": "99999999999999999999", "x": "0x10000000000000000",
 		}},
 		{"dates and nulls", "d: 2026-01-01\nz: ~\ne:\n", map[string]any{"d": "2026-01-01", "z": nil, "e": nil}},
 		{"number keys are their text", "1: a\n1g.10gb: 2\n", map[string]any{"1": "a", "1g.10gb": json.Number("2")}},
@@ -54,6 +59,13 @@ func TestDecodeProblems(t *testing.T) {
 			{"a[1]", "line 1: the number .inf is not a finite number"},
 			{"b", "line 2: the number -.Inf is not a finite number"},
 			{"c", "line 3: the number .nan is not a finite number"},
+		}},
+		{"integers beyond 64 bits", "big: 99999999999999999999\nneg: -9223372036854775809\nu: 18446744073709551615\nl: [1, 0x1_0000_0000_0000_0000]\no: {b: 0b11111111111111111111111111111111111111111111111111111111111111111}\n", []Problem{
+			{"big", "line 1: the integer 99999999999999999999 is beyond 64 bits"},
+			{"neg", "line 2: the integer -9223372036854775809 is beyond 64 bits"},
+			{"u", "line 3: the integer 18446744073709551615 is beyond 64 bits"},
+			{"l[1]", "line 4: the integer 0x1_0000_0000_0000_0000 is beyond 64 bits"},
+			{"o.b", "line 5: the integer 0b11111111111111111111111111111111111111111111111111111111111111111 is beyond 64 bits"},
 		}},
 		{"list key", "a:\n  ? [x, y]\n  : 1\n", []Problem{{"a", "line 2: a list is not a valid key here; keys are strings"}}},
 		{"mapping key", "? {x: 1}\n: 1\n", []Problem{{"", "line 1: a mapping is not a valid key here; keys are strings"}}},

@@ -602,17 +602,9 @@ func checkSlicePolicy(ctx context.Context, t *testing.T, cs kubernetes.Interface
 			t.Fatalf("create ResourceSlice %s as admin: %v", s.Name, err)
 		}
 	}
-	agent := as(node).ResourceV1().ResourceSlices()
-	// A new policy takes effect some time after it is created: wait until
-	// a dry run of a denied write is denied.
-	var last error
-	err = harness.Poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
-		_, last = agent.Create(ctx, slice("carve-e2e-x", draDriver, "other-node"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return last != nil && strings.Contains(last.Error(), slicePolicy), nil
-	})
-	if err != nil {
-		t.Fatalf("ValidatingAdmissionPolicy %s not in force after 30 s: the last dry run answered %v: %v", slicePolicy, last, err)
-	}
+	agentCS := as(node)
+	agent := agentCS.ResourceV1().ResourceSlices()
+	waitSlicePolicyInForce(ctx, t, agentCS, slice("carve-e2e-x", draDriver, "other-node"))
 	wantDenied := func(what string, err error) {
 		t.Helper()
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), slicePolicy) {
@@ -652,6 +644,22 @@ func checkSlicePolicy(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	wantDenied("create a slice with a token bound to no node", err)
 	if err := agent.Delete(ctx, "carve-e2e-own", metav1.DeleteOptions{}); err != nil {
 		t.Errorf("the agent deleting its own node's slice: %v", err)
+	}
+}
+
+// waitSlicePolicyInForce waits until the API server enforces the
+// ResourceSlice policy on the agent's client: a policy takes effect a
+// moment after it is created. It asks with a dry run of creating denied, a
+// slice the policy denies the agent.
+func waitSlicePolicyInForce(ctx context.Context, t *testing.T, client kubernetes.Interface, denied *resourceapi.ResourceSlice) {
+	t.Helper()
+	var last error
+	err := harness.Poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		_, last = client.ResourceV1().ResourceSlices().Create(ctx, denied, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), slicePolicy), nil
+	})
+	if err != nil {
+		t.Fatalf("ValidatingAdmissionPolicy %s not in force after 30 s: the last dry run answered %v: %v", slicePolicy, last, err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/carve-dev/carve/agent"
@@ -90,6 +91,9 @@ type draEnv struct {
 	cs    kubernetes.Interface
 	m     *sim.Machine
 	state string
+	// agent is the agent's client: the carve-agent ServiceAccount's token
+	// (agentClient).
+	agent kubernetes.Interface
 }
 
 func (e *draEnv) create(objs ...any) {
@@ -212,13 +216,51 @@ func (e *draEnv) waitNoSpecs() {
 	}
 }
 
+// agentClient creates the carve-agent ServiceAccount and everything that
+// configs/deploy/dra grants it (Namespace, Role, ClusterRole, bindings and
+// both admission policies; not the DaemonSet, Service or DeviceClasses),
+// deleted when the test ends, and returns a client with a token of the
+// ServiceAccount bound to a pod on the node, as the DaemonSet's pod has:
+// the agent then runs with exactly the permissions carve ships.
+func (e *draEnv) agentClient() kubernetes.Interface {
+	e.t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, o := range renderKustomize(e.t, draDeployDir) {
+		switch o.GetKind() {
+		case "DaemonSet", "Service", "DeviceClass": // the agent runs in this process; the test makes its classes
+		default:
+			objs = append(objs, o)
+		}
+	}
+	createDeploy(e.ctx, e.t, e.c, objs)
+	node := e.c.NodeName()
+	waitAllowed(e.ctx, e.t, e.cs, agentNeeds(node)[3])
+	waitAllowed(e.ctx, e.t, e.cs, draNeeds()[4])
+	pod := createTokenPod(e.ctx, e.t, e.cs, node)
+	client := tokenClient(e.t, e.c, requestToken(e.ctx, e.t, e.cs, pod))
+	waitPolicyInForce(e.ctx, e.t, client, node)
+	other := "other-node"
+	waitSlicePolicyInForce(e.ctx, e.t, client, &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "carve-e2e-dra-x"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: dra.DriverName, NodeName: &other,
+			Pool: resourceapi.ResourcePool{Name: other, Generation: 1, ResourceSliceCount: 1}, Devices: []resourceapi.Device{{Name: "gpu-0"}}},
+	})
+	return client
+}
+
+// startAgent starts the agent as the carve-agent ServiceAccount, reading
+// its profiles from the ConfigMap in configs/deploy's namespace, where its
+// Role lets it.
 func (e *draEnv) startAgent() *agentRun {
 	return startAgent(e.t, e.c, e.m, func(cfg *agent.Config) {
+		cfg.Client, cfg.ConfigMapNamespace, cfg.ConfigMapName = e.agent, deployNS, profilesCM
 		cfg.Advertise, cfg.KubeletRootDir, cfg.CDIDir, cfg.StateDir = agent.AdvertiseDRA, e.c.KubeletRootDir(), e.c.CDIDir(), e.state
 	})
 }
 
-// TestDRA runs carve as a DRA driver on the local cluster: the slice lists
+// TestDRA runs carve as a DRA driver on the local cluster, as the
+// carve-agent ServiceAccount with the RBAC and admission policies of
+// configs/deploy/dra (a token bound to a pod on the node): the slice lists
 // exactly the simulator's devices; claims by profile, for two devices on
 // one GPU, and through an extended resource name run and see their UUIDs;
 // the CDI spec goes when the pod is done; an agent restart keeps a
@@ -229,7 +271,10 @@ func TestDRA(t *testing.T) {
 	freshNode(t, c)
 	e := &draEnv{t: t, ctx: testCtx(t, 15*time.Minute), c: c, cs: c.Clientset(), m: newSim(t, "h100-80gb*2"), state: t.TempDir()}
 	e.create(anySlice(draClasses())...)
-	applyProfiles(e.ctx, t, c, draProfiles)
+	e.agent = e.agentClient()
+	if err := harness.ApplyProfiles(e.ctx, e.cs, deployNS, profilesCM, draProfiles); err != nil {
+		t.Fatal(err)
+	}
 	r := e.startAgent()
 	waitState(e.ctx, t, c, carvev1.StateSuccess, "small")
 	s := e.waitSlice(0)

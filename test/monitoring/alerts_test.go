@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +197,74 @@ func TestAlertsFireOnProblemsOnly(t *testing.T) {
 		if c := covered[name]; !c[0] || !c[1] {
 			t.Errorf("alert %s: a case where it fires %v, one where it stays silent %v; want both", name, c[0], c[1])
 		}
+	}
+}
+
+// exportedLabels returns the label names of carve-agent's series, or the
+// test fails.
+func exportedLabels(t *testing.T) Labels {
+	t.Helper()
+	l, err := ExportedLabels(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Every selector of every rule, alerting or recording, matches only
+// labels carve-agent's series of its metric carry (or target labels), and
+// on a label with a closed set of values only values the agent exports:
+// state="failed" is a state, result="error" a reconcile result.
+func TestAlertsMatchExportedLabels(t *testing.T) {
+	known := exportedLabels(t)
+	// The value sets are of labels the agent's metrics carry.
+	for metric, byLabel := range LabelValues() {
+		for label := range byLabel {
+			if !slices.Contains(known[metric], label) {
+				t.Errorf("LabelValues lists values of %s's label %s; the agent exports %s with labels %v", metric, label, metric, known[metric])
+			}
+		}
+	}
+	if ps := CheckRuleLabels(loadAlerts(t), known, LabelValues()); len(ps) > 0 {
+		t.Errorf("%s:%s", alertsPath, describe(ps))
+	}
+}
+
+// The label check reports a label the metric lacks and a value it never
+// takes, and lets through target labels, open values and regular
+// expressions that match a value.
+func TestAlertsLabelCheckReportsMistakes(t *testing.T) {
+	const where = "alert CarveNodeFailed"
+	tests := []struct {
+		name, expr string
+		want       []Problem
+	}{
+		{"as shipped", `carve_agent_state{state="failed"} == 1`, nil},
+		{"target labels, open values", `carve_agent_devices_unhealthy{node="n1",pod="p",resource="nvidia.com/gpu"} > 0`, nil},
+		{"regexp matching a value", `increase(carve_agent_reconciles_total{result=~"err.*|failed"}[10m]) > 0`, nil},
+		{"histogram bucket", `histogram_quantile(0.9, rate(carve_agent_apply_duration_seconds_bucket{le="+Inf"}[5m]))`, nil},
+		{"up", `up{container="carve-agent"} == 0`, nil},
+		{"no such label", `carve_agent_state{phase="failed"} == 1`, []Problem{{where,
+			`selector carve_agent_state{phase="failed"}: carve_agent_state has no label phase (its labels: [state], and the target labels [container endpoint instance job namespace node pod service])`}}},
+		{"no such state", `carve_agent_state{state="error"} == 1`, []Problem{{where,
+			`selector carve_agent_state{state="error"}: matcher state="error" matches none of the values carve-agent exports for carve_agent_state's state: [success pending draining applying failed reboot-required]`}}},
+		{"no such result", `carve_agent_reconciles_total{result!="errors"}`, []Problem{{where,
+			`selector carve_agent_reconciles_total{result!="errors"}: matcher result!="errors" matches none of the values carve-agent exports for carve_agent_reconciles_total's result: [success pending draining applying failed reboot-required error]`}}},
+		{"regexp matching nothing", `carve_device_plugin_xid_events_total{critical=~"yes|no"}`, []Problem{{where,
+			`selector carve_device_plugin_xid_events_total{critical=~"yes|no"}: matcher critical=~"yes|no" matches none of the values carve-agent exports for carve_device_plugin_xid_events_total's critical: [true false]`}}},
+	}
+	known := exportedLabels(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			groups := loadAlerts(t)
+			r := &groups.Groups[0].Rules[0]
+			if r.Alert != "CarveNodeFailed" {
+				t.Fatalf("first alert %s, want CarveNodeFailed", r.Alert)
+			}
+			r.Expr = tt.expr
+			if diff := cmp.Diff(tt.want, CheckRuleLabels(groups, known, LabelValues())); diff != "" {
+				t.Errorf("problems (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

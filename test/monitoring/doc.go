@@ -4,8 +4,10 @@
 // carve-agent exports (resolved against the collectors agent.New registers
 // on agent.NewRegistry, as carve-agent does) or one of a short allow-list
 // (up); the dashboard's panels use its datasource variable and have unique
-// ids; the rule file loads as Prometheus loads it, every alert carries
-// for, severity, summary, description and a runbook anchor in
-// docs/monitoring.md, and each alert fires on a series set describing its
-// problem and stays silent on a healthy one.
+// ids; every rule's selectors match only labels the metric carries (or
+// target labels), with values the agent exports where the code defines
+// them as a closed set; the rule file loads as Prometheus loads it, every
+// alert carries for, severity, summary, description and a runbook anchor
+// in docs/monitoring.md, and each alert fires on a series set describing
+// its problem and stays silent on a healthy one.
 package monitoring

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -33,27 +34,11 @@ func (n Names) Has(name string) bool { return n[name] }
 // agent.NewRegistry), on a simulated GPU and an API client that is never
 // called, and reads the names of everything registered.
 func Exported(log *slog.Logger) (Names, error) {
-	gpus, err := sim.New("h100-80gb*1")
+	reg, done, err := agentRegistry(log)
 	if err != nil {
-		return nil, fmt.Errorf("simulated GPUs: %w", err)
+		return nil, err
 	}
-	if err := gpus.Init(); err != nil {
-		return nil, fmt.Errorf("simulated GPUs: %w", err)
-	}
-	defer func() { _ = gpus.Shutdown() }()
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
-	if err != nil {
-		return nil, fmt.Errorf("API client: %w", err)
-	}
-	reg := agent.NewRegistry()
-	_, err = agent.New(agent.Config{
-		NodeName: "node", Client: client, ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
-		GPUs: gpus, Advertise: agent.AdvertiseDevicePlugin, PodResourcesSocket: agent.PodResourcesNone,
-		Registerer: reg, Logger: log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("build the agent: %w", err)
-	}
+	defer done()
 	names, err := agent.MetricNames(reg)
 	if err != nil {
 		return nil, err
@@ -65,6 +50,37 @@ func Exported(log *slog.Logger) (Names, error) {
 	return withSuffixes(names, mfs), nil
 }
 
+// agentRegistry builds the agent as carve-agent does (agent.New with the
+// device plugin, on agent.NewRegistry), on a simulated GPU and an API
+// client that is never called, and returns its registry; done shuts the
+// simulated GPU down.
+func agentRegistry(log *slog.Logger) (reg *prometheus.Registry, done func(), err error) {
+	gpus, err := sim.New("h100-80gb*1")
+	if err != nil {
+		return nil, nil, fmt.Errorf("simulated GPUs: %w", err)
+	}
+	if err := gpus.Init(); err != nil {
+		return nil, nil, fmt.Errorf("simulated GPUs: %w", err)
+	}
+	done = func() { _ = gpus.Shutdown() }
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		done()
+		return nil, nil, fmt.Errorf("API client: %w", err)
+	}
+	reg = agent.NewRegistry()
+	_, err = agent.New(agent.Config{
+		NodeName: "node", Client: client, ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
+		GPUs: gpus, Advertise: agent.AdvertiseDevicePlugin, PodResourcesSocket: agent.PodResourcesNone,
+		Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		done()
+		return nil, nil, fmt.Errorf("build the agent: %w", err)
+	}
+	return reg, done, nil
+}
+
 // withSuffixes returns names, with the series names of the histograms and
 // summaries among mfs, and the allowed names.
 func withSuffixes(names []string, mfs []*dto.MetricFamily) Names {
@@ -73,15 +89,7 @@ func withSuffixes(names []string, mfs []*dto.MetricFamily) Names {
 		out[n] = true
 	}
 	for _, mf := range mfs {
-		var suffixes []string
-		switch mf.GetType() {
-		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
-			suffixes = []string{"_bucket", "_sum", "_count"}
-		case dto.MetricType_SUMMARY:
-			suffixes = []string{"_sum", "_count"}
-		default:
-		}
-		for _, s := range suffixes {
+		for s := range seriesSuffixes(mf.GetType()) {
 			out[mf.GetName()+s] = true
 		}
 	}
@@ -89,6 +97,21 @@ func withSuffixes(names []string, mfs []*dto.MetricFamily) Names {
 		out[n] = true
 	}
 	return out
+}
+
+// seriesSuffixes returns the suffixes the series of a metric of type typ
+// add to its name, each with the label its series add: a histogram's
+// _bucket (le), _sum and _count, a summary's _sum and _count ("" for
+// none); the series of a summary's own name add quantile.
+func seriesSuffixes(typ dto.MetricType) map[string]string {
+	switch typ {
+	case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+		return map[string]string{"_bucket": "le", "_sum": "", "_count": ""}
+	case dto.MetricType_SUMMARY:
+		return map[string]string{"_sum": "", "_count": ""}
+	default:
+		return nil
+	}
 }
 
 // Problem is one finding of a check: where, and what.

@@ -53,17 +53,9 @@ func substitute(expr string, vars map[string]string) (string, []string) {
 // checks that every metric its selectors name is one of known. Each
 // problem is reported at where.
 func CheckExpr(where, expr string, vars map[string]string, known Names) []Problem {
-	var ps []Problem
-	text, unknown := substitute(expr, vars)
-	for _, v := range unknown {
-		ps = append(ps, Problem{where, "unknown variable " + v})
-	}
-	if len(unknown) > 0 {
+	parsed, ps := parseExpr(where, expr, vars)
+	if parsed == nil {
 		return ps
-	}
-	parsed, err := parser.NewParser(parser.Options{}).ParseExpr(text)
-	if err != nil {
-		return append(ps, Problem{where, fmt.Sprintf("PromQL %q does not parse: %v", text, err)})
 	}
 	parser.Inspect(parsed, func(node parser.Node, _ []parser.Node) error {
 		if vs, ok := node.(*parser.VectorSelector); ok {
@@ -72,6 +64,25 @@ func CheckExpr(where, expr string, vars map[string]string, known Names) []Proble
 		return nil
 	})
 	return ps
+}
+
+// parseExpr parses a PromQL expression, Grafana's variables replaced by
+// stand-ins (vars: the dashboard's); nil and the problems, reported at
+// where, when a variable is unknown or the expression does not parse.
+func parseExpr(where, expr string, vars map[string]string) (parser.Expr, []Problem) {
+	var ps []Problem
+	text, unknown := substitute(expr, vars)
+	for _, v := range unknown {
+		ps = append(ps, Problem{where, "unknown variable " + v})
+	}
+	if len(unknown) > 0 {
+		return nil, ps
+	}
+	parsed, err := parser.NewParser(parser.Options{}).ParseExpr(text)
+	if err != nil {
+		return nil, append(ps, Problem{where, fmt.Sprintf("PromQL %q does not parse: %v", text, err)})
+	}
+	return parsed, nil
 }
 
 // checkSelector checks the metric name matchers of one selector.
