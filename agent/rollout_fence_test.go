@@ -52,6 +52,7 @@ type fleet struct {
 }
 
 func newFleet(t *testing.T, names ...string) *fleet {
+	t.Helper()
 	cs, strict := apitest.NewStrict(nodes(names...)...)
 	f := &fleet{t: t, cs: cs, strict: strict, wall: &fakeClock{t: time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)}, mono: &fakeClock{t: time.Unix(1000, 0)}}
 	t.Cleanup(func() {

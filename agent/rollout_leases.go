@@ -319,7 +319,7 @@ func (l *LeaseRollout) clearFailure(ctx context.Context) error {
 	name := rollout.FailureName(l.ConfigMap, l.Node)
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
 	var err error
-	for try := 0; try < 2; try++ {
+	for try := range 2 {
 		if cur == nil || try > 0 {
 			if cur, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
 				break

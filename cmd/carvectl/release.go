@@ -140,8 +140,7 @@ func release(ctx context.Context, cs kubernetes.Interface, q releaseQuery, stdou
 	var failed bool
 	for _, h := range held {
 		if err := releaseOne(ctx, cs, q, h, stdout, stderr); err != nil {
-			var ee exitError
-			if !errors.As(err, &ee) {
+			if _, ok := errors.AsType[exitError](err); !ok {
 				return err
 			}
 			failed = true

@@ -81,7 +81,7 @@ func (s *Strict) create(action k8stesting.Action) (bool, runtime.Object, error) 
 	obj := a.GetObject().DeepCopyObject()
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return false, nil, nil
+		return true, nil, fmt.Errorf("apitest: %s without object metadata: %w", action.GetVerb(), err)
 	}
 	if m.GetResourceVersion() != "" {
 		return true, nil, apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
@@ -101,7 +101,7 @@ func (s *Strict) update(action k8stesting.Action) (bool, runtime.Object, error) 
 	obj := a.GetObject().DeepCopyObject()
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return false, nil, nil
+		return true, nil, fmt.Errorf("apitest: %s without object metadata: %w", action.GetVerb(), err)
 	}
 	gvr, ns := a.GetResource(), a.GetNamespace()
 	cm, err := s.stored(gvr, ns, m.GetName())
