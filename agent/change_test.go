@@ -11,6 +11,7 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
 )
 
 // onBalanced is a harness whose one H100 holds the balanced profile,
@@ -154,5 +155,22 @@ func TestChangeInProgressSurvivesARestart(t *testing.T) {
 	fr.fenceErr = nil
 	if res := h.reconcile(f, nil, "small"); res.State != carvev1.StateSuccess || res.Annotation.Change != nil {
 		t.Fatalf("after the fence opened: state %s, change %+v", res.State, res.Annotation.Change)
+	}
+}
+
+// What a failed change leaves to do may be creates alone: they need no
+// slot, so no fence holds them back, even with every slot taken.
+func TestCreatesLeftByAFailedChangeNeedNoSlot(t *testing.T) {
+	h, fr, f := onBalanced(t)
+	if err := h.m.InjectFault(sim.Fault{Call: "CreateGPUInstance", GPU: 0, Err: partition.ErrInsufficientResources, Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if res := h.reconcile(f, nil, "small"); res.State != carvev1.StateFailed || fr.holding {
+		t.Fatalf("the failing change: state %s, holding %v; want failed, slot released", res.State, fr.holding)
+	}
+	fr.grant = false
+	res := h.reconcile(f, nil, "small")
+	if res.State != carvev1.StateSuccess || hasEvent(res.Events, carvev1.ReasonRolloutFenced, true) {
+		t.Fatalf("the creates left: state %s (%v), events %v; want success without a slot", res.State, res.Err, reasons(res.Events))
 	}
 }

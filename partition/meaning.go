@@ -15,12 +15,13 @@ func (p GPUPlan) pending() []Op {
 // (for a blocked plan: would, once unblocked). Only adding instances into
 // free space is not disruptive.
 func (p GPUPlan) Disruptive() bool {
-	for _, op := range p.pending() {
-		if op.Kind != OpCreateGI && op.Kind != OpCreateCI {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(p.pending(), Op.Disruptive)
+}
+
+// Disruptive reports whether the op destroys or resets anything: any op
+// but the creation of an instance.
+func (o Op) Disruptive() bool {
+	return o.Kind != OpCreateGI && o.Kind != OpCreateCI
 }
 
 // GoingAway lists the devices the plan removes from g, the GPU as it is
