@@ -156,9 +156,12 @@ func (f *chaosFleet) stopAll(t *testing.T) {
 			t.Errorf("%s: the agent stopped with code %d: %v", a.node, code, err)
 		}
 	}
+	f.mu.Lock()
+	blamed := maps.Clone(f.blamed)
+	f.mu.Unlock()
 	if t.Failed() {
 		for _, a := range f.agents {
-			if f.blamed[a.node] {
+			if blamed[a.node] {
 				t.Logf("%s log (tail):\n%s", a.node, harness.Tail(a.logPath(), 40))
 			}
 		}

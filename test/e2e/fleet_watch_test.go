@@ -27,9 +27,31 @@ import (
 
 // midSpan is a time a node was seen mid-change: from when its record was
 // first seen with a change to when it was first seen without one (zero
-// while it still has one).
+// while it still has one). since is when the record says the change
+// began (zero when it does not parse).
 type midSpan struct {
-	from, to time.Time
+	from, to, since time.Time
+}
+
+// watchDelay is how much earlier than the watch saw it a change may have
+// begun, as its record says: the informer's (or the List's) delay.
+const watchDelay = time.Second
+
+// begin is when the span began, allowing for the watch's delay: the
+// record's since, but no more than watchDelay before the watch saw it.
+func (s midSpan) begin() time.Time {
+	if s.since.IsZero() || !s.since.Before(s.from) {
+		return s.from
+	}
+	return maxTime(s.since, s.from.Add(-watchDelay))
+}
+
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // midEvent is one entry of a midWatch's timeline: a node seen entering or
@@ -158,7 +180,8 @@ func (w *midWatch) mark(node string, change *carvev1.ChangeRecord, at time.Time)
 	spans := w.spans[node]
 	if change != nil {
 		ev.change = fmt.Sprintf("since %s, profile %s, slot %s", change.Since, change.Profile, change.Slot)
-		w.spans[node] = append(spans, midSpan{from: at})
+		since, _ := time.Parse(time.RFC3339Nano, change.Since)
+		w.spans[node] = append(spans, midSpan{from: at, since: since})
 	} else if len(spans) > 0 {
 		spans[len(spans)-1].to = at
 	}
@@ -231,13 +254,13 @@ func (w *midWatch) midNow() map[string]carvev1.ChangeRecord {
 }
 
 // covered reports whether node was seen mid-change at some time in
-// [lo, hi]: whether a change the watch saw began by hi and had not
-// ended before lo.
+// [lo, hi]: whether a change the watch saw began by hi (allowing for the
+// watch's delay, midSpan.begin) and had not ended before lo.
 func (w *midWatch) covered(node string, lo, hi time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, s := range w.spans[node] {
-		if !s.from.After(hi) && (s.to.IsZero() || !s.to.Before(lo)) {
+		if !s.begin().After(hi) && (s.to.IsZero() || !s.to.Before(lo)) {
 			return true
 		}
 	}
