@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -313,4 +314,57 @@ func midProblems(w *midWatch, seen midPhase, least int) []string {
 			seen.most, least, w.bound, w.format(seen.timeline)))
 	}
 	return out
+}
+
+// TestMidWatchCounts checks the watch's bookkeeping without a cluster: a
+// node's older version is ignored, a count over the bound is noted with
+// the nodes counted, take starts again from the nodes mid-change, and
+// covered finds an op inside a change, allowing for the watch's delay.
+func TestMidWatchCounts(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := &midWatch{bound: 2, start: t0, rv: map[string]uint64{}, mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
+	node := func(name string, rv int, change bool) *corev1.Node {
+		rec := carvev1.NodeRecord{State: carvev1.StatePending}
+		if change {
+			rec.Change = &carvev1.ChangeRecord{Since: t0.Format(time.RFC3339Nano), Profile: "p", Slot: "s-" + name}
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv),
+			Annotations: map[string]string{carvev1.AnnotationRecord: string(b)}}}
+	}
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	w.observe(node("a", 10, true), false, at(1))
+	w.observe(node("b", 11, true), false, at(2))
+	w.observe(node("a", 9, false), false, at(3)) // older than what the watch holds
+	w.observe(node("c", 12, true), false, at(4))
+	w.observe(node("a", 13, false), false, at(5))
+	got := w.take()
+	if got.most != 3 || len(got.over) != 1 || !strings.Contains(got.over[0], "a (since") || !strings.Contains(got.over[0], "c (since") {
+		t.Errorf("most %d, over %q; want 3, and one sample over 2 naming a, b and c", got.most, got.over)
+	}
+	if len(got.timeline) != 4 {
+		t.Errorf("timeline of %d events, want 4:\n%s", len(got.timeline), w.format(got.timeline))
+	}
+	if next := w.take(); next.most != 2 || len(next.over) != 0 {
+		t.Errorf("after take: most %d, over %q; want 2 (b and c) and none", next.most, next.over)
+	}
+	for _, c := range []struct {
+		node   string
+		lo, hi time.Time
+		want   bool
+	}{
+		{"a", at(2), at(3), true},                              // inside a's change
+		{"a", at(6), at(7), false},                             // after it
+		{"a", at(0), at(0).Add(500 * time.Millisecond), true},  // its record's since, under a second before the watch saw it
+		{"b", at(0), at(0).Add(500 * time.Millisecond), false}, // since, but 1.5 s before the watch saw it
+		{"c", at(9), at(10), true},                             // still mid-change
+		{"d", at(1), at(9), false},                             // never seen mid-change
+	} {
+		if got := w.covered(c.node, c.lo, c.hi); got != c.want {
+			t.Errorf("covered(%s, %s, %s) = %v, want %v", c.node, w.since(c.lo), w.since(c.hi), got, c.want)
+		}
+	}
 }
