@@ -35,7 +35,7 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 	if p.state == "" {
 		p.state = carvev1.StateSuccess
 	}
-	p.releaseSlot()
+	p.endChange()
 	out := Result{
 		State:         p.state,
 		Selection:     p.sel,
@@ -47,9 +47,10 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 		ApplyDuration: p.applyDuration,
 		Rollout:       p.rolloutStatus(),
 		DrainDeadline: p.drainDeadline,
+		ReleaseSlot:   p.release,
 	}
 	out.Labels, out.Annotation = p.record(res)
-	if p.state == carvev1.StateDraining && p.file.Drain.Policy == configs.DrainEvict {
+	if p.state == carvev1.StateDraining && p.file.Drain.Policy == configs.DrainEvict && p.fenced == nil {
 		out.Evict = p.inUse.Holding(blockers(p.blocked))
 	}
 	return out, nil
@@ -98,6 +99,7 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 	}
 	rec := carvev1.NodeRecord{
 		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, LastError: lastErr, Waiting: p.waitReason,
+		Change: p.r.change,
 		GPUs:   p.markWithheld(GPURecords(p.node.GPUs, res, p.sharing)),
 		Labels: slices.Sorted(maps.Keys(labels)),
 	}

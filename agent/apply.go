@@ -25,8 +25,11 @@ func (p *pass) apply() (bool, error) {
 		p.node = node
 	}
 	// Whether the apply went well or not, and also after a resumed one
-	// found nothing left to do.
-	p.restoreOperands()
+	// found nothing left to do; not while the change is stopped by the
+	// fence, mid-way.
+	if p.fenced == nil {
+		p.restoreOperands()
+	}
 	if p.state == "" {
 		p.done = p.target()
 	}
@@ -49,6 +52,9 @@ func (p *pass) runReady() {
 	p.opsApplied, p.applyDuration = n, d
 	profile := p.sel.Profile
 	switch {
+	case isFenced(err):
+		p.fence(err)
+		return
 	case err == nil:
 		p.event(false, carvev1.ReasonRepartitioned, "profile %s (%s) applied in %s: %d ops on %s",
 			profile, p.sel.Source, d.Round(time.Millisecond), n, textfmt.GPUs(partition.Indices(p.ready)))
@@ -81,11 +87,14 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 	if err := save(); err != nil {
 		return 0, 0, fmt.Errorf("checkpoint before applying: %w", err)
 	}
+	if err := r.fencedOp(0, 0, partition.Op{}); err != nil {
+		return 0, 0, fmt.Errorf("before pausing operands and the first op: %w", err)
+	}
 	if err := r.pauseOperands(p, plans, &cp, save); err != nil {
 		return 0, 0, err
 	}
 	n := 0
-	app := partition.Applier{Lib: r.Lib, AfterOp: func(gpu, step int, op partition.Op) error {
+	app := partition.Applier{Lib: r.Lib, BeforeOp: r.fencedOp, AfterOp: func(gpu, step int, op partition.Op) error {
 		n++
 		cp.Done[gpu] = step
 		if err := save(); err != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -266,7 +267,16 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 			return time.Time{}, false, fmt.Errorf("patch node %s: %w", c.NodeName, err)
 		}
 	}
-	c.evict(ctx, node, res.Evict)
+	if res.ReleaseSlot {
+		c.Reconciler.ReleaseSlot(ctx)
+	}
+	if len(res.Evict) > 0 {
+		if err := c.Reconciler.Fence(); err != nil {
+			c.logger().Warn("evictions held back", "err", err)
+		} else {
+			c.evict(ctx, node, res.Evict)
+		}
+	}
 	c.logger().Info("reconciled", "state", res.State, "profile", res.Selection.Profile, "source", res.Selection.Source,
 		"patched", patch != nil, "requeue", res.Requeue)
 	return res.Requeue, res.State == carvev1.StateFailed, nil
@@ -338,6 +348,24 @@ func (c *Controller) emitOnConfigMap(cms cache.Store, ev Event) {
 // runs: the Reconciler's BeforeApply hook.
 func (c *Controller) RecordApplying(ctx context.Context, _ string, _ []partition.GPUPlan) {
 	c.patchState(ctx, carvev1.StateApplying)
+}
+
+// RecordChange writes rec, which says that the node is mid-change, as the
+// node's record before the change's first disruptive step: the
+// Reconciler's RecordChange hook.
+func (c *Controller) RecordChange(ctx context.Context, rec carvev1.NodeRecord) error {
+	enc, err := rec.Encode()
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{carvev1.AnnotationRecord: enc}}})
+	if err != nil {
+		return fmt.Errorf("record the change in progress: %w", err)
+	}
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("record the change in progress on node %s: %w", c.NodeName, err)
+	}
+	return nil
 }
 
 // patchState sets carve.dev/state alone.

@@ -28,6 +28,9 @@ func (p *pass) drain() (bool, error) {
 	}
 	what := fmt.Sprintf("profile %s: devices in use block the change of %s: %s",
 		p.sel.Profile, textfmt.GPUs(partition.Indices(p.blocked)), strings.Join(blockers(p.blocked), ", "))
+	if policy.Policy != configs.DrainFail && !p.allowed() {
+		return false, nil
+	}
 	switch {
 	case policy.Policy == configs.DrainFail:
 		p.raise(carvev1.StateFailed)

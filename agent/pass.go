@@ -62,6 +62,12 @@ type pass struct {
 	// drainDeadline is when the drain of the blocked changes times out
 	// (zero when none drains).
 	drainDeadline time.Time
+	// fenced is why the rollout's fence stopped the change at an
+	// operation boundary, nil while it did not.
+	fenced error
+	// release: the change is over and the node holds a slot, to be
+	// released once the record is written (Result.ReleaseSlot).
+	release bool
 }
 
 // begin starts a pass: on the first one it reports an apply a previous run
@@ -90,6 +96,10 @@ func (p *pass) resume() {
 	r := p.r
 	if prev := p.in.Previous; prev != nil && prev.Profile != "" {
 		r.applied = &appliedState{profile: prev.Profile, hash: prev.ProfileHash, sharing: SharingFromRecords(prev.GPUs)}
+	}
+	if prev := p.in.Previous; prev != nil && prev.Change != nil {
+		// A change the previous run began is still under way.
+		r.change = prev.Change
 	}
 	if r.Checkpoints == nil {
 		return

@@ -117,6 +117,10 @@ type harness struct {
 	now    time.Time
 	labels map[string]string
 	prev   *carvev1.NodeRecord
+	// changes are the records the RecordChange hook wrote (before a
+	// change's first disruptive step); recordErr makes it fail.
+	changes   []carvev1.NodeRecord
+	recordErr error
 }
 
 const testProfiles = `version: v1
@@ -173,7 +177,19 @@ func newHarness(t testing.TB, spec string) *harness {
 
 // newReconciler is a reconciler as a freshly started agent has it.
 func (h *harness) newReconciler() *Reconciler {
-	return &Reconciler{Lib: h.m, InUse: h.inUse, Devices: h.adv, Checkpoints: &Checkpoints{Dir: h.dir}, DrainRetry: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+	return &Reconciler{Lib: h.m, InUse: h.inUse, Devices: h.adv, Checkpoints: &Checkpoints{Dir: h.dir}, DrainRetry: 10 * time.Second, Logger: slog.New(slog.DiscardHandler),
+		Hooks: Hooks{RecordChange: h.recordChange}}
+}
+
+// recordChange is the RecordChange hook as the Controller's: the record
+// becomes the node's.
+func (h *harness) recordChange(_ context.Context, rec carvev1.NodeRecord) error {
+	if h.recordErr != nil {
+		return h.recordErr
+	}
+	h.changes = append(h.changes, rec)
+	h.prev = &rec
+	return nil
 }
 
 func (h *harness) parse(yaml string) *configs.File {
@@ -217,6 +233,9 @@ func (h *harness) record(res Result) {
 	maps.Copy(h.labels, res.Labels)
 	a := res.Annotation
 	h.prev = &a
+	if res.ReleaseSlot {
+		h.r.ReleaseSlot(context.Background())
+	}
 }
 
 func (h *harness) gpus() []partition.GPU {
@@ -331,7 +350,9 @@ func TestReconcileAppliesProfiles(t *testing.T) {
 			if _, ok := res.Labels[carvev1.LabelWindow]; ok {
 				t.Errorf("window label outside windows")
 			}
-			if res.Annotation.Profile != res.Labels[carvev1.LabelApplied] || res.Annotation.Generation != 1 || len(res.Annotation.GPUs) != 2 {
+			// A disruptive change is recorded in progress first (one
+			// generation), then done.
+			if res.Annotation.Profile != res.Labels[carvev1.LabelApplied] || res.Annotation.Generation != int64(1+len(h.changes)) || len(res.Annotation.GPUs) != 2 || res.Annotation.Change != nil {
 				t.Errorf("annotation %+v", res.Annotation)
 			}
 			if in, err := (&Checkpoints{Dir: h.dir}).Load(); err != nil || in != nil {
@@ -381,6 +402,7 @@ func TestReconcileReplicaOnlyChangeTouchesNoGPU(t *testing.T) {
 			f := h.parse(testProfiles)
 			h.reconcile(f, nil, tt.from)
 			h.m.ResetOpLog()
+			before := h.prev.Generation
 			res := h.reconcile(f, nil, tt.to)
 			if ops := h.mutations(); len(ops) != 0 {
 				t.Fatalf("replica change touched the GPUs: %v", ops)
@@ -391,8 +413,8 @@ func TestReconcileReplicaOnlyChangeTouchesNoGPU(t *testing.T) {
 			if diff := cmp.Diff(tt.wantRes, h.adv.counts()); diff != "" {
 				t.Fatalf("advertised (-want +got):\n%s", diff)
 			}
-			if res.Annotation.Generation != 2 {
-				t.Fatalf("annotation generation %d, want 2", res.Annotation.Generation)
+			if res.Annotation.Generation != before+1 || len(h.changes) > 1 {
+				t.Fatalf("annotation generation %d, want %d; %d records of a change in progress, want none for the replica change", res.Annotation.Generation, before+1, len(h.changes))
 			}
 			if !hasEvent(res.Events, carvev1.ReasonSharingChanged, false) {
 				t.Fatalf("events %v, want %s", reasons(res.Events), carvev1.ReasonSharingChanged)
@@ -584,7 +606,8 @@ func TestReconcileMixedFleet(t *testing.T) {
 
 // The annotation records the profile the node is reaching for while it is
 // not there yet, and a change of the selection alone is a change of the
-// content: the generation goes up.
+// content: the generation goes up. A disruptive change is recorded in
+// progress before it starts: one generation more.
 func TestReconcileRecordsSelection(t *testing.T) {
 	h := newHarness(t, "h100-80gb*1")
 	f := h.parse(testProfiles)
@@ -602,14 +625,14 @@ func TestReconcileRecordsSelection(t *testing.T) {
 		{name: "the same profile pinned: only the source changes", profile: "full", wantState: carvev1.StateSuccess, wantApplied: "full",
 			wantSel: carvev1.SelectedProfile{Profile: "full", Source: "label"}, wantGen: 2},
 		{name: "balanced applied", profile: "balanced", wantState: carvev1.StateSuccess, wantApplied: "balanced",
-			wantSel: carvev1.SelectedProfile{Profile: "balanced", Source: "label"}, wantGen: 3},
+			wantSel: carvev1.SelectedProfile{Profile: "balanced", Source: "label"}, wantGen: 4},
 		{name: "draining towards small", profile: "small", setup: func(h *harness) {
 			h.inUse.hold(h.migUUID(0, "3g.40gb"), "trainer")
-		}, wantState: carvev1.StateDraining, wantApplied: "balanced", wantSel: carvev1.SelectedProfile{Profile: "small", Source: "label"}, wantGen: 4},
+		}, wantState: carvev1.StateDraining, wantApplied: "balanced", wantSel: carvev1.SelectedProfile{Profile: "small", Source: "label"}, wantGen: 6},
 		// Still draining, but towards another profile: the selection
 		// alone changed.
 		{name: "draining towards shared-2", profile: "shared-2", wantState: carvev1.StateDraining, wantApplied: "balanced",
-			wantSel: carvev1.SelectedProfile{Profile: "shared-2", Source: "label"}, wantGen: 5},
+			wantSel: carvev1.SelectedProfile{Profile: "shared-2", Source: "label"}, wantGen: 7},
 	}
 	for _, st := range steps {
 		if st.setup != nil {

@@ -107,11 +107,16 @@ type Result struct {
 	// block times out, or timed out (drain policy wait or evict; the
 	// change is made once they are free); zero when no change is blocked.
 	DrainDeadline time.Time
+	// ReleaseSlot: the change is over; the caller gives the rollout slot
+	// back (Reconciler.ReleaseSlot) once it has written Annotation, which
+	// no longer says mid-change.
+	ReleaseSlot bool
 }
 
 // RolloutStatus is a node's part in the rollout, as the pass left it.
 type RolloutStatus struct {
-	// Holding: the node holds a rollout slot.
+	// Holding: the node holds a rollout slot it keeps after the pass (one
+	// about to be released, ReleaseSlot, is not counted).
 	Holding bool
 	// Waiting: disruptive changes wait for a slot (none free, the rollout
 	// halted, or the Leases unreadable).
@@ -131,6 +136,11 @@ type Hooks struct {
 	// AfterOp runs after each op is done and checkpointed; an error stops
 	// the apply as a crash would (a fault-injection hook for tests).
 	AfterOp func(gpu, step int, op partition.Op) error
+	// RecordChange writes the node record rec, which says that the node
+	// is mid-change (NodeRecord.Change), before the first disruptive step
+	// of a change; the change does not start unless it returns nil. Nil
+	// records nothing.
+	RecordChange func(ctx context.Context, rec carvev1.NodeRecord) error
 }
 
 // Reconciler realises the profile in force on the node's GPUs and
@@ -185,6 +195,9 @@ type Reconciler struct {
 	lastEvents map[string]bool
 	// halted is what the rollout last told of the budget of a revision.
 	halted haltedRevision
+	// change is the disruptive change in progress, as the node's record
+	// says (written by beginChange, or found at start), nil when none is.
+	change *carvev1.ChangeRecord
 }
 
 // haltedRevision records whether the failure budget of a revision of the
@@ -210,7 +223,8 @@ type drainState struct {
 // force, plan it with the devices in use, order the GPUs' changes (a
 // disruptive one waits for a maintenance window), make sure the state
 // directory can take checkpoints, take a rollout slot for
-// the disruptive ones (they wait without one), withdraw the devices that
+// the disruptive ones (they wait without one), record that the node is
+// mid-change before its first disruptive step, withdraw the devices that
 // will go and plan again, apply the drain policy to changes that devices in
 // use block, apply the rest with checkpoints, and advertise and record the
 // result.
@@ -230,7 +244,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
 		return Result{}, err
 	}
 	for _, step := range []func() (more bool, err error){
-		p.selectProfile, p.plan, p.order, p.checkStateDir, p.takeSlot, p.withdrawAndReplan, p.drain, p.apply,
+		p.selectProfile, p.plan, p.order, p.checkStateDir, p.takeSlot, p.beginChange, p.withdrawAndReplan, p.drain, p.apply,
 	} {
 		more, err := step()
 		if err != nil {

@@ -23,6 +23,19 @@ type Rollout interface {
 	Acquire(ctx context.Context, policy configs.Rollout, revision string) (rollout.Decision, error)
 	// Holding reports whether this node holds a slot.
 	Holding() bool
+	// Slot names the slot this node holds, "" when none.
+	Slot() string
+	// Fence says whether this node may start a disruptive step now: nil
+	// while it holds its slot and renewed it recently enough that no other
+	// node can have taken it over; else an error wrapping ErrFenced that
+	// says why.
+	Fence() error
+	// Confirm renews this node's slot at once. Called after the node's
+	// record says that it is mid-change and before its first disruptive
+	// step, so that a node that took the slot over before the record was
+	// written is seen (an error wrapping ErrFenced) before anything
+	// changes.
+	Confirm(ctx context.Context) error
 	// Release gives this node's slot back, if it holds one.
 	Release(ctx context.Context) error
 	// Report records how this node's disruptive change on revision ended:
@@ -106,12 +119,21 @@ func (p *pass) waitingFor(format string, args ...any) {
 	}
 }
 
-// releaseSlot ends this node's hold on its rollout slot once its
-// disruptive change is over: the new devices are advertised, or the change
-// failed, which counts against the revision's failure budget. A node that
-// drains, applies or needs a reboot keeps its slot.
-func (p *pass) releaseSlot() {
+// endChange settles this node's part in the rollout once the pass is
+// over. A node still mid-change keeps its slot and its record's change:
+// it drains, applies, needs a reboot, was stopped at an operation boundary
+// by its fence, or waits for a slot to go on with a change under way.
+// Otherwise the change is over: the new devices are advertised, or the
+// change failed, which counts against the revision's failure budget. The
+// record written after this pass no longer says mid-change, and the slot
+// is released once it is written (ReleaseSlot), so that the outside view
+// never shows more nodes mid-change than slots held.
+func (p *pass) endChange() {
 	r := p.r
+	if p.stillChanging() {
+		return
+	}
+	r.change = nil
 	if r.Rollout == nil {
 		return
 	}
@@ -119,28 +141,48 @@ func (p *pass) releaseSlot() {
 		p.clearRecoveredFailure()
 		return
 	}
-	switch p.state {
-	case carvev1.StateDraining, carvev1.StateRebootRequired, carvev1.StateApplying:
+	p.release = true
+	failed := p.state == carvev1.StateFailed
+	if p.file == nil {
 		return
 	}
-	failed := p.state == carvev1.StateFailed
-	if p.file != nil {
-		policy := p.file.RolloutFor(p.sel)
-		halted, err := r.Rollout.Report(p.ctx, policy, p.in.Revision, failed)
-		switch {
-		case err != nil:
-			p.log.Warn("could not record the outcome of the change for the rollout", "failed", failed, "err", err)
-		case failed && halted:
-			p.events = append(p.events, Event{Warning: true, Reason: carvev1.ReasonRolloutHalted, OnConfigMap: true,
-				Message: fmt.Sprintf("rollout halted: this node's disruptive change failed, and the failed nodes reach rollout.maxFailures (%d) on this revision of the profile file; no further node starts one until the file changes (fix or revert it)",
-					policy.MaxFailures)})
-		}
-		if err == nil {
-			r.halted = haltedRevision{revision: p.in.Revision, halted: halted}
-		}
+	policy := p.file.RolloutFor(p.sel)
+	halted, err := r.Rollout.Report(p.ctx, policy, p.in.Revision, failed)
+	switch {
+	case err != nil:
+		p.log.Warn("could not record the outcome of the change for the rollout", "failed", failed, "err", err)
+	case failed && halted:
+		p.events = append(p.events, Event{Warning: true, Reason: carvev1.ReasonRolloutHalted, OnConfigMap: true,
+			Message: fmt.Sprintf("rollout halted: this node's disruptive change failed, and the failed nodes reach rollout.maxFailures (%d) on this revision of the profile file; no further node starts one until the file changes (fix or revert it)",
+				policy.MaxFailures)})
 	}
-	if err := r.Rollout.Release(p.ctx); err != nil {
-		p.log.Warn("could not release the rollout slot; it expires on its own", "err", err)
+	if err == nil {
+		r.halted = haltedRevision{revision: p.in.Revision, halted: halted}
+	}
+}
+
+// stillChanging reports whether the node is still mid-change after the
+// pass.
+func (p *pass) stillChanging() bool {
+	switch {
+	case p.fenced != nil:
+		return true
+	case p.state == carvev1.StateDraining, p.state == carvev1.StateRebootRequired, p.state == carvev1.StateApplying:
+		return true
+	}
+	return p.state == carvev1.StatePending && p.r.change != nil && len(p.queued) > 0
+}
+
+// ReleaseSlot gives the node's rollout slot back after a pass whose
+// Result says ReleaseSlot, once that Result's record (which no longer says
+// mid-change) is written. A slot that cannot be released is left to
+// expire: the record shows no change in progress, so it is taken over.
+func (r *Reconciler) ReleaseSlot(ctx context.Context) {
+	if r.Rollout == nil {
+		return
+	}
+	if err := r.Rollout.Release(ctx); err != nil {
+		r.logger().Warn("could not release the rollout slot; it expires on its own", "err", err)
 	}
 }
 
@@ -166,7 +208,7 @@ func (p *pass) rolloutStatus() RolloutStatus {
 		return RolloutStatus{}
 	}
 	return RolloutStatus{
-		Holding: r.Rollout.Holding(),
+		Holding: r.Rollout.Holding() && !p.release,
 		Waiting: len(p.queued) > 0,
 		Halted:  r.halted.halted && r.halted.revision == p.in.Revision,
 	}

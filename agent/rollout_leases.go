@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -25,7 +26,9 @@ import (
 const (
 	// DefaultSlotDuration is how long a slot holds without renewal: an
 	// agent that dies holding one loses it this long after its last
-	// renewal. The holder renews it every third of it.
+	// renewal, unless its node is mid-change (then the slot stays held
+	// until the agent is back, the Node is gone, or an operator releases
+	// it). The holder renews it every third of it.
 	DefaultSlotDuration = 15 * time.Second
 	// DefaultMemberDuration is how long a member Lease counts its node
 	// without renewal; the agent renews it every third of it.
@@ -33,7 +36,14 @@ const (
 	// memberCacheFor is how long Acquire reuses the members it listed: a
 	// percentage needs the count of nodes, which changes slowly.
 	memberCacheFor = 30 * time.Second
+	// renewRetry is how soon a failed renewal of the slot is tried again.
+	renewRetry = time.Second
 )
+
+// ErrFenced is the error of a disruptive step the rollout does not allow
+// now: this node holds no slot, or its last successful renewal is too old
+// to be sure that no other node has taken the slot over.
+var ErrFenced = errors.New("rollout slot not valid")
 
 // LeaseRollout is Rollout over coordination.k8s.io Leases in the profile
 // ConfigMap's namespace, all labelled with the ConfigMap's name and their
@@ -41,7 +51,16 @@ const (
 // names the resourceVersion it read, so that two agents never hold one;
 // a member Lease per agent, renewed by Run, to count the nodes a
 // percentage is of; and a failure Lease per node whose change failed,
-// naming the file's revision.
+// naming the file's revision. Every update and delete of a Lease is
+// conditional on the resourceVersion this agent last read of it, so that
+// a write based on an old read (an agent whose slot was taken over while
+// it was paused) never lands.
+//
+// A slot carries an ownerReference to its holder's Node, so that deleting
+// the Node frees it. An expired slot is taken over only when its holder's
+// Node is gone or its record (carvev1.NodeRecord.Change) shows no change
+// in progress: a node mid-change is unavailable however long its agent is
+// silent.
 type LeaseRollout struct {
 	// Client talks to the API server.
 	Client kubernetes.Interface
@@ -52,15 +71,30 @@ type LeaseRollout struct {
 	// SlotDuration and MemberDuration default to DefaultSlotDuration and
 	// DefaultMemberDuration.
 	SlotDuration, MemberDuration time.Duration
-	// Clock defaults to time.Now.
+	// SlotMargin is how long before its slot would expire, counted from
+	// its last successful renewal, this agent stops starting disruptive
+	// steps (Fence); default a third of the slot's duration.
+	SlotMargin time.Duration
+	// Clock is the wall clock written into the Leases; default time.Now.
 	Clock func() time.Time
+	// Monotonic is the clock Fence measures the age of the last renewal
+	// on; default time.Now, whose monotonic reading is immune to steps
+	// of the wall clock.
+	Monotonic func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// held is the slot Lease as this agent last wrote or read it, nil
+	// when it holds none; renewed is when (Monotonic) the request of its
+	// last successful write began; lost says why the last slot was lost.
 	held      *coordinationv1.Lease
+	renewed   time.Time
+	lost      string
 	stopRenew context.CancelFunc
 	renewDone chan struct{}
+	// nodeUID is this agent's Node's UID, for the slots' ownerReference.
+	nodeUID types.UID
 	// failure is the failure Lease this node wrote; failureKnown is set
 	// once it is known whether there is one.
 	failure      *coordinationv1.Lease
@@ -74,6 +108,13 @@ func (l *LeaseRollout) now() time.Time {
 		return time.Now()
 	}
 	return l.Clock()
+}
+
+func (l *LeaseRollout) mono() time.Time {
+	if l.Monotonic == nil {
+		return time.Now()
+	}
+	return l.Monotonic()
 }
 
 func (l *LeaseRollout) logger() *slog.Logger {
@@ -90,6 +131,14 @@ func (l *LeaseRollout) slotDuration() time.Duration {
 		return max(l.SlotDuration.Truncate(time.Second), time.Second)
 	}
 	return DefaultSlotDuration
+}
+
+// slotMargin is SlotMargin, or a third of the slot's duration.
+func (l *LeaseRollout) slotMargin() time.Duration {
+	if l.SlotMargin > 0 {
+		return min(l.SlotMargin, l.slotDuration())
+	}
+	return l.slotDuration() / 3
 }
 
 func (l *LeaseRollout) memberDuration() time.Duration {
@@ -131,18 +180,62 @@ func (l *LeaseRollout) Acquire(ctx context.Context, policy configs.Rollout, revi
 	}
 }
 
-// tryAcquire reads the Leases, decides, and takes the chosen slot; lost
-// reports a race lost to another node.
+// tryAcquire reads the Leases, decides, and takes the chosen slot (or
+// renews its own); lost reports a race lost to another node.
 func (l *LeaseRollout) tryAcquire(ctx context.Context, policy configs.Rollout, revision string) (dec rollout.Decision, lost bool, err error) {
 	raw, err := l.list(ctx, rollout.KindSlot, rollout.KindFailure)
 	if err != nil {
 		return rollout.Decision{}, false, err
 	}
+	now := l.now()
+	leases := l.views(ctx, raw, now)
+	if policy.MaxUnavailable.Percent {
+		members, err := l.memberLeases(ctx)
+		if err != nil {
+			return rollout.Decision{}, false, err
+		}
+		leases = append(leases, members...)
+	}
+	dec = rollout.Decide(leases, rollout.Request{Node: l.Node, Policy: policy, Revision: revision, Now: now},
+		func(i int) string { return rollout.SlotName(l.ConfigMap, i) })
+	if !dec.Granted {
+		return dec, false, nil
+	}
+	var existing *coordinationv1.Lease
+	for i := range raw {
+		if raw[i].Name == dec.Slot {
+			existing = &raw[i]
+		}
+	}
+	if dec.Held && l.holds(dec.Slot) {
+		return dec, false, nil
+	}
+	err = l.take(ctx, dec.Slot, existing, revision, now)
+	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+		// Another node took it first, or this node's own slot changed
+		// since the (cached) list: read again.
+		dec.Granted, dec.Held, dec.Slot = false, false, ""
+		return dec, true, nil
+	}
+	if err != nil {
+		return rollout.Decision{}, false, err
+	}
+	return dec, false, nil
+}
+
+// views are the accounting's view of the listed Leases, each expired slot
+// of another node marked Stuck when that node is still mid-change; it
+// also notes whether this node has a failure Lease.
+func (l *LeaseRollout) views(ctx context.Context, raw []coordinationv1.Lease, now time.Time) []rollout.Lease {
 	leases := make([]rollout.Lease, 0, len(raw))
 	mine := rollout.FailureName(l.ConfigMap, l.Node)
 	var failure *coordinationv1.Lease
 	for i := range raw {
-		leases = append(leases, leaseView(&raw[i]))
+		v := leaseView(&raw[i])
+		if v.Kind == rollout.KindSlot && v.Holder != "" && v.Holder != l.Node && !v.Live(now) {
+			v.Stuck = l.holderMidChange(ctx, &raw[i], v.Holder)
+		}
+		leases = append(leases, v)
 		if raw[i].Name == mine {
 			failure = &raw[i]
 		}
@@ -158,148 +251,7 @@ func (l *LeaseRollout) tryAcquire(ctx context.Context, policy configs.Rollout, r
 		l.failureKnown = true
 	}
 	l.mu.Unlock()
-	if policy.MaxUnavailable.Percent {
-		members, err := l.memberLeases(ctx)
-		if err != nil {
-			return rollout.Decision{}, false, err
-		}
-		leases = append(leases, members...)
-	}
-	now := l.now()
-	dec = rollout.Decide(leases, rollout.Request{Node: l.Node, Policy: policy, Revision: revision, Now: now},
-		func(i int) string { return rollout.SlotName(l.ConfigMap, i) })
-	if !dec.Granted {
-		return dec, false, nil
-	}
-	var existing *coordinationv1.Lease
-	for i := range raw {
-		if raw[i].Name == dec.Slot {
-			existing = &raw[i]
-		}
-	}
-	if dec.Held {
-		l.hold(existing)
-		return dec, false, nil
-	}
-	lease, err := l.take(ctx, dec.Slot, existing, revision, now)
-	if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
-		// Another node took it first.
-		dec.Granted, dec.Slot = false, ""
-		return dec, true, nil
-	}
-	if err != nil {
-		return rollout.Decision{}, false, err
-	}
-	l.hold(lease)
-	return dec, false, nil
-}
-
-// take writes this node into the slot: a create when no Lease has the
-// name, else an update of the expired or released one it read.
-func (l *LeaseRollout) take(ctx context.Context, name string, existing *coordinationv1.Lease, revision string, now time.Time) (*coordinationv1.Lease, error) {
-	lease := existing.DeepCopy()
-	if lease == nil {
-		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace}}
-	}
-	lease.Labels = map[string]string{carvev1.LeaseLabelConfigMap: rollout.LabelValue(l.ConfigMap), carvev1.LeaseLabelKind: rollout.KindSlot}
-	lease.Annotations = map[string]string{carvev1.LeaseAnnotationRevision: revision}
-	t := metav1.NewMicroTime(now)
-	lease.Spec = coordinationv1.LeaseSpec{
-		HolderIdentity: new(l.Node), LeaseDurationSeconds: new(int32(l.slotDuration() / time.Second)),
-		AcquireTime: &t, RenewTime: &t,
-	}
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
-	if existing == nil {
-		return leases.Create(ctx, lease, metav1.CreateOptions{})
-	}
-	return leases.Update(ctx, lease, metav1.UpdateOptions{})
-}
-
-// hold records the slot Lease this node holds and keeps it renewed.
-func (l *LeaseRollout) hold(lease *coordinationv1.Lease) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if lease == nil || (l.held != nil && l.held.Name == lease.Name) {
-		return
-	}
-	l.stopLocked()
-	l.held = lease.DeepCopy()
-	ctx, cancel := context.WithCancel(context.Background())
-	l.stopRenew, l.renewDone = cancel, make(chan struct{})
-	go l.renew(ctx, l.renewDone)
-}
-
-// renew renews the held slot every third of its duration until stopped,
-// or until another node holds it (it expired: this agent was too slow).
-func (l *LeaseRollout) renew(ctx context.Context, done chan struct{}) {
-	defer close(done)
-	t := time.NewTicker(l.slotDuration() / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		l.mu.Lock()
-		lease := l.held.DeepCopy()
-		l.mu.Unlock()
-		lease.Spec.RenewTime = new(metav1.NewMicroTime(l.now()))
-		renewed, err := l.Client.CoordinationV1().Leases(l.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
-		if err != nil {
-			if ctx.Err() == nil {
-				l.logger().Warn("could not renew the rollout slot", "lease", lease.Name, "err", err)
-			}
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				l.mu.Lock()
-				l.held = nil
-				l.mu.Unlock()
-				return
-			}
-			continue
-		}
-		l.mu.Lock()
-		l.held = renewed
-		l.mu.Unlock()
-	}
-}
-
-// stopLocked stops renewing and waits for the renewer; l.mu is held.
-func (l *LeaseRollout) stopLocked() {
-	if l.stopRenew == nil {
-		return
-	}
-	l.stopRenew()
-	done := l.renewDone
-	l.stopRenew, l.renewDone = nil, nil
-	l.mu.Unlock()
-	<-done
-	l.mu.Lock()
-}
-
-// Holding implements Rollout.
-func (l *LeaseRollout) Holding() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.held != nil
-}
-
-// Release implements Rollout: it deletes the slot Lease, on condition that
-// it is still the one this node took.
-func (l *LeaseRollout) Release(ctx context.Context) error {
-	l.mu.Lock()
-	l.stopLocked()
-	lease := l.held
-	l.held = nil
-	l.mu.Unlock()
-	if lease == nil {
-		return nil
-	}
-	err := l.Client.CoordinationV1().Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("release rollout slot %s: %w", lease.Name, err)
-	}
-	return nil
+	return leases
 }
 
 // Report implements Rollout.
@@ -354,16 +306,30 @@ func (l *LeaseRollout) writeFailure(ctx context.Context, revision string) error 
 	return nil
 }
 
-// clearFailure deletes this node's failure Lease, if there is one.
+// clearFailure deletes this node's failure Lease, if there is one, on
+// condition that it is the version last read (read again once when the
+// version known is stale).
 func (l *LeaseRollout) clearFailure(ctx context.Context) error {
 	l.mu.Lock()
-	known, has := l.failureKnown, l.failure != nil
+	known, cur := l.failureKnown, l.failure
 	l.mu.Unlock()
-	if known && !has {
+	if known && cur == nil {
 		return nil
 	}
 	name := rollout.FailureName(l.ConfigMap, l.Node)
-	err := l.Client.CoordinationV1().Leases(l.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	var err error
+	for try := 0; try < 2; try++ {
+		if cur == nil || try > 0 {
+			if cur, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				break
+			}
+		}
+		err = leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}})
+		if !apierrors.IsConflict(err) {
+			break
+		}
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove the failure Lease %s: %w", name, err)
 	}
@@ -400,8 +366,10 @@ func (l *LeaseRollout) memberLeases(ctx context.Context) ([]rollout.Lease, error
 // duration (and sooner after a failure), until ctx ends; then it deletes
 // it, so that a node that leaves stops counting at once, and stops
 // renewing a slot it holds without releasing it: a change cut short is
-// still under way on the GPUs, and the slot expires unless the agent comes
-// back and goes on with it.
+// still under way on the GPUs, and its slot stays held (expired, but not
+// taken over while the node's record shows the change) until the agent
+// comes back and goes on with it. The delete is conditional on the version
+// of the member Lease it last wrote.
 func (l *LeaseRollout) Run(ctx context.Context) error {
 	defer func() {
 		l.mu.Lock()
@@ -430,7 +398,17 @@ func (l *LeaseRollout) Run(ctx context.Context) error {
 	}
 	stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := leases.Delete(stop, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if cur == nil {
+		var err error
+		if cur, err = leases.Get(stop, name, metav1.GetOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("remove member Lease %s: %w", name, err)
+		}
+	}
+	err := leases.Delete(stop, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("remove member Lease %s: %w", name, err)
 	}
 	return nil

@@ -9,10 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/internal/apitest"
 	"github.com/carve-dev/carve/rollout"
 )
 
@@ -38,12 +38,17 @@ func (c *fakeClock) Add(d time.Duration) {
 // at a time, handed on by release and by expiry, and the failure budget
 // spent by one node and reset by its success or a new revision.
 func TestLeaseRollout(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, strict := apitest.NewStrict(nodes("gpu-a", "gpu-b", "gpu-c")...)
 	clock := &fakeClock{t: time.Date(2026, 11, 24, 20, 0, 0, 0, time.UTC)}
 	agent := func(node string) *LeaseRollout {
 		return &LeaseRollout{Client: cs, Namespace: "carve-system", ConfigMap: "carve-profiles", Node: node,
 			SlotDuration: 15 * time.Second, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler)}
 	}
+	t.Cleanup(func() {
+		if u := strict.Unconditional(); len(u) > 0 {
+			t.Errorf("Lease writes without a resourceVersion: %v", u)
+		}
+	})
 	a, b, c := agent("gpu-a"), agent("gpu-b"), agent("gpu-c")
 	ctx := context.Background()
 	one := configs.DefaultRollout
@@ -121,7 +126,7 @@ func TestLeaseRollout(t *testing.T) {
 // TestLeaseRolloutMembers: a percentage is of the agents' member Leases,
 // which Run keeps and removes when it stops.
 func TestLeaseRolloutMembers(t *testing.T) {
-	cs := fake.NewClientset()
+	cs, _ := apitest.NewStrict(nodes("gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e")...)
 	clock := &fakeClock{t: time.Now()}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -20,8 +21,10 @@ type fakeRollout struct {
 	grant, halted bool
 	err           error
 	holding       bool
-	calls         []string
-	recovered     int // Recovered calls, kept apart from calls
+	// fenceErr makes Fence refuse; confirmErr makes Confirm fail.
+	fenceErr, confirmErr error
+	calls                []string
+	recovered            int // Recovered calls, kept apart from calls
 }
 
 func (f *fakeRollout) Recovered(context.Context) error {
@@ -46,6 +49,32 @@ func (f *fakeRollout) Acquire(_ context.Context, p configs.Rollout, _ string) (r
 }
 
 func (f *fakeRollout) Holding() bool { return f.holding }
+
+func (f *fakeRollout) Slot() string {
+	if f.holding {
+		return "s-0"
+	}
+	return ""
+}
+
+// Fence refuses with fenceErr, and once holding is false.
+func (f *fakeRollout) Fence() error {
+	switch {
+	case f.fenceErr != nil:
+		return fmt.Errorf("%w: %w", ErrFenced, f.fenceErr)
+	case !f.holding:
+		return fmt.Errorf("%w: no slot", ErrFenced)
+	}
+	return nil
+}
+
+func (f *fakeRollout) Confirm(context.Context) error {
+	f.calls = append(f.calls, "confirm")
+	if f.confirmErr != nil {
+		return fmt.Errorf("%w: %w", ErrFenced, f.confirmErr)
+	}
+	return nil
+}
 
 func (f *fakeRollout) Release(context.Context) error {
 	f.calls = append(f.calls, "release")
@@ -94,7 +123,7 @@ func TestReconcileWaitsForARolloutSlot(t *testing.T) {
 	if res.State != carvev1.StateSuccess || len(h.mutations()) == 0 || res.Annotation.Waiting != "" {
 		t.Fatalf("with a slot: state %s, %d ops, waiting %q", res.State, len(h.mutations()), res.Annotation.Waiting)
 	}
-	if diff := cmp.Diff([]string{"acquire", "report ok", "release"}, fr.calls); diff != "" {
+	if diff := cmp.Diff([]string{"acquire", "confirm", "report ok", "release"}, fr.calls); diff != "" {
 		t.Errorf("rollout calls (-want +got):\n%s", diff)
 	}
 
@@ -120,7 +149,7 @@ func TestReconcileReportsAFailedChange(t *testing.T) {
 	if res.State != carvev1.StateFailed {
 		t.Fatalf("state %s, want failed", res.State)
 	}
-	if diff := cmp.Diff([]string{"acquire", "report failed", "release"}, fr.calls); diff != "" {
+	if diff := cmp.Diff([]string{"acquire", "confirm", "report failed", "release"}, fr.calls); diff != "" {
 		t.Errorf("rollout calls (-want +got):\n%s", diff)
 	}
 	var onCM []Event
@@ -179,7 +208,7 @@ func TestReconcileRecoveredFailureTakenBack(t *testing.T) {
 	if res := h.reconcile(f, nil, "small"); res.State != carvev1.StateFailed {
 		t.Fatalf("state %s, want failed while advertising fails", res.State)
 	}
-	if diff := cmp.Diff([]string{"acquire", "report failed", "release"}, fr.calls); diff != "" {
+	if diff := cmp.Diff([]string{"acquire", "confirm", "report failed", "release"}, fr.calls); diff != "" {
 		t.Errorf("rollout calls (-want +got):\n%s", diff)
 	}
 	before := fr.recovered

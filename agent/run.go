@@ -200,7 +200,7 @@ func New(cfg Config) (*Agent, error) {
 	ctrl.Reconciler = &Reconciler{
 		Lib: cfg.GPUs, InUse: inUse, Devices: devices,
 		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
-		Hooks: Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp}, Labels: cfg.Labels,
+		Hooks: Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp, RecordChange: ctrl.RecordChange}, Labels: cfg.Labels,
 	}
 	if len(cfg.PauseOperands) > 0 {
 		timeout := cfg.OperandTimeout

@@ -15,6 +15,9 @@ func (p *pass) withdrawAndReplan() (bool, error) {
 	if len(ids) == 0 {
 		return true, nil
 	}
+	if !p.allowed() {
+		return false, nil
+	}
 	if err := p.r.Devices.Withdraw(p.ctx, ids); err != nil {
 		return false, fmt.Errorf("reconcile: withdraw devices before destroying them: %w", err)
 	}

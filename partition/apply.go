@@ -58,6 +58,10 @@ type Applier struct {
 	// GPU index, the op's 1-based step and the op: the agent checkpoints
 	// there. An error from it stops the apply and is returned, wrapped.
 	AfterOp func(gpu int, step int, op Op) error
+	// BeforeOp, when set, is called before each op with the same
+	// arguments; an error from it stops the apply before the op starts
+	// and is returned, wrapped (the agent's rollout fence).
+	BeforeOp func(gpu int, step int, op Op) error
 }
 
 // Apply runs the ops of a plan in order and stops at the first failure,
@@ -99,6 +103,11 @@ func (a *Applier) Apply(ctx context.Context, p GPUPlan) error {
 		}
 		if err := ctx.Err(); err != nil {
 			return fail(fmt.Errorf("not started: %w", err))
+		}
+		if a.BeforeOp != nil {
+			if err := a.BeforeOp(p.Index, i+1, op); err != nil {
+				return fail(fmt.Errorf("not started: %w", err))
+			}
 		}
 		if err := runOp(d, op); err != nil {
 			return fail(err)

@@ -510,6 +510,28 @@ func TestApplyErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("refused before an op", func(t *testing.T) {
+		mach := newMachine(t, "dgx-h100")
+		_, plan := planNode(t, mach, map[int]partition.Target{0: to}, nil)
+		fenced := errors.New("fenced")
+		var before []int
+		a := partition.Applier{Lib: mach, BeforeOp: func(_, step int, _ partition.Op) error {
+			before = append(before, step)
+			if step == 3 {
+				return fenced
+			}
+			return nil
+		}}
+		err := a.Apply(context.Background(), plan.GPUs[0])
+		var oe *partition.OpError
+		if !errors.As(err, &oe) || oe.Step != 3 || !errors.Is(err, fenced) || !strings.Contains(err.Error(), "not started") || len(mach.OpLog()) != 2 {
+			t.Fatalf("Apply error %v after %d calls", err, len(mach.OpLog()))
+		}
+		if diff := cmp.Diff([]int{1, 2, 3}, before); diff != "" {
+			t.Errorf("BeforeOp steps (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("stale plan: instance moved", func(t *testing.T) {
 		mach := setUp(t, "dgx-h100", partition.Target{MIG: map[string]int{"3g.40gb": 2}})
 		_, plan := planNode(t, mach, map[int]partition.Target{0: {MIG: map[string]int{"7g.80gb": 1}}}, nil)

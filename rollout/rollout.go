@@ -44,6 +44,20 @@ type Lease struct {
 	// Duration is how long after Renewed the Lease holds; 0 never expires
 	// (failures, which only a new revision makes moot).
 	Duration time.Duration
+	// Stuck marks an expired slot whose holder's Node still records a
+	// change in progress (its record's change): the holder is still
+	// unavailable, so the slot still counts and is not taken over. The
+	// caller sets it from the holder's Node.
+	Stuck bool
+}
+
+// Expires is when the Lease expires without renewal (zero for one that
+// never does).
+func (l Lease) Expires() time.Time {
+	if l.Duration <= 0 {
+		return time.Time{}
+	}
+	return l.Renewed.Add(l.Duration)
 }
 
 // Live reports whether the Lease still holds at now: it has a holder and
@@ -85,6 +99,9 @@ type Decision struct {
 	Holders []string
 	// Failed are the nodes failed on the revision, sorted.
 	Failed []string
+	// Stuck are the expired slots whose holders are still mid-change
+	// (Lease.Stuck), by name; they count as held.
+	Stuck []Lease
 }
 
 // Reason says why a Decision is not granted, for the node's Event and
@@ -107,17 +124,27 @@ func (d Decision) Reason(p configs.Rollout) string {
 
 // Decide answers a node's request for a slot from the Leases of the file
 // (any kinds, in any order; those of other names are ignored). A node that
-// holds a slot keeps it. A node failed on the revision may try again; any
-// other node is refused once the failed ones reach the budget. Otherwise
-// the node gets a free slot below the bound, if fewer than the bound are
-// held: the first free one from a place its name picks.
-// slotName names slot i (SlotName with the file's ConfigMap name).
+// holds a slot keeps it, expired or not: an agent that restarts goes on
+// with the change its slot was taken for. A slot that expired while its
+// holder is mid-change (Stuck) still counts as held: that node is still
+// unavailable. A node failed on the revision may try again; any other node
+// is refused once the failed ones reach the budget. Otherwise the node
+// gets a free slot below the bound, if fewer than the bound are held: the
+// first free one from a place its name picks. slotName names slot i
+// (SlotName with the file's ConfigMap name).
 func Decide(leases []Lease, req Request, slotName func(i int) string) Decision {
 	d := Decision{}
 	members := map[string]bool{req.Node: true}
 	failed := map[string]bool{}
 	held := map[string]string{} // slot name -> holder
 	for _, l := range leases {
+		if l.Kind == KindSlot && l.Holder != "" && !l.Live(req.Now) && (l.Holder == req.Node || l.Stuck) {
+			held[l.Name] = l.Holder
+			if l.Holder != req.Node {
+				d.Stuck = append(d.Stuck, l)
+			}
+			continue
+		}
 		if !l.Live(req.Now) {
 			continue
 		}
@@ -142,6 +169,7 @@ func Decide(leases []Lease, req Request, slotName func(i int) string) Decision {
 		}
 	}
 	slices.Sort(d.Holders)
+	slices.SortFunc(d.Stuck, func(a, b Lease) int { return strings.Compare(a.Name, b.Name) })
 	d.Halted = len(failed) >= req.Policy.MaxFailures && !failed[req.Node]
 	if d.Granted || d.Halted || len(held) >= d.Bound {
 		return d

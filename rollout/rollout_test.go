@@ -24,6 +24,12 @@ func member(node string, renewed time.Time) Lease {
 	return Lease{Name: MemberName(cm, node), Kind: KindMember, Holder: node, Renewed: renewed, Duration: 30 * time.Minute}
 }
 
+// stuck marks a slot as one whose holder is mid-change.
+func stuck(l Lease) Lease {
+	l.Stuck = true
+	return l
+}
+
 func failure(node, rev string) Lease {
 	return Lease{Name: FailureName(cm, node), Kind: KindFailure, Holder: node, Revision: rev, Renewed: t0.Add(-time.Hour)}
 }
@@ -92,6 +98,14 @@ func TestDecide(t *testing.T) {
 			Decision{Granted: true, Held: true, Halted: true, Slot: slotName(0), Nodes: 3, Bound: 2, Holders: []string{"node-0"}, Failed: []string{"node-2"}}},
 		{"below a budget of 2", append(members(3), failure("node-2", "rev-b")), "node-0", policy("1", 2), t0,
 			Decision{Granted: true, Slot: slotName(0), Nodes: 3, Bound: 1, Failed: []string{"node-2"}}},
+		{"an expired slot of the node's own is kept (an agent back from a restart)", append(members(3), slot(0, "node-0", t0.Add(-time.Hour))), "node-0", policy("1", 1), t0,
+			Decision{Granted: true, Held: true, Slot: slotName(0), Nodes: 3, Bound: 1, Holders: []string{"node-0"}}},
+		{"an expired slot whose holder is mid-change is not taken over and counts", append(members(3), stuck(slot(0, "node-1", t0.Add(-time.Hour)))), "node-0", policy("2", 1), t0,
+			Decision{Granted: true, Slot: slotName(1), Nodes: 3, Bound: 2, Holders: []string{"node-1"}, Stuck: []Lease{stuck(slot(0, "node-1", t0.Add(-time.Hour)))}}},
+		{"stuck slots fill the bound", append(members(3), stuck(slot(0, "node-1", t0.Add(-time.Hour))), slot(1, "node-2", t0)), "node-0", policy("2", 1), t0,
+			Decision{Nodes: 3, Bound: 2, Holders: []string{"node-1", "node-2"}, Stuck: []Lease{stuck(slot(0, "node-1", t0.Add(-time.Hour)))}}},
+		{"a live slot marked stuck is simply held", append(members(3), stuck(slot(0, "node-1", t0))), "node-0", policy("1", 1), t0,
+			Decision{Nodes: 3, Bound: 1, Holders: []string{"node-1"}}},
 		{"failures on another revision do not count", append(members(3), failure("node-1", "rev-a"), failure("node-2", "rev-a")), "node-0", policy("1", 1), t0,
 			Decision{Granted: true, Slot: slotName(0), Nodes: 3, Bound: 1}},
 	}

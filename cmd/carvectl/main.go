@@ -15,11 +15,14 @@ Usage:
   carvectl plan     -f profiles.yaml --profile NAME --gpus sim:<machine>|nvml [--from STATE.json]
                     [--sim-latency realistic|DURATION|op=DURATION,...] [-o table|json]
   carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d]
-  carvectl status   [--kubeconfig PATH] [--selector k=v] [-o table|json] [-w|--watch]
+  carvectl status   [--kubeconfig PATH] [--selector k=v] [--config-map NS/NAME] [-o table|json]
+                    [-w|--watch]
   carvectl import   mig-parted -f config.yaml [--device-plugin-config dp.yaml ...]
                     [--device-plugin-default NAME]
   carvectl prune    [--kubeconfig PATH] [--selector k=v | --node NAME] [--dry-run] [--force]
                     (after uninstalling: removes carve's node labels and annotation)
+  carvectl rollout  release NODE [--config-map NS/NAME] [--dry-run] [--force] [--kubeconfig PATH]
+                    (frees the rollout slot NODE holds; refused while its agent renews it, unless --force)
 
 Simulated machines: sim:dgx-a100, sim:dgx-a100-80, sim:dgx-h100, sim:hgx-h200,
 sim:a30x4, or a list such as sim:h100-80gb*2,a100-40gb*1.
@@ -56,8 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return runWith(args, stdout, stderr, newStatusClient)
 }
 
-// runWith is run with the Kubernetes client factory of carvectl status and
-// prune given, so tests can use a fake API.
+// runWith is run with the Kubernetes client factory of carvectl status,
+// prune and rollout given, so tests can use a fake API.
 func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -77,6 +80,8 @@ func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc
 		err = runImport(args[1:], stdout, stderr)
 	case "prune":
 		err = runPrune(args[1:], stdout, stderr, newClient)
+	case "rollout":
+		err = runRollout(args[1:], stdout, stderr, newClient)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -88,8 +88,12 @@ type nodeStatus struct {
 	// AnnotationError says why the annotation could not be decoded.
 	AnnotationError string `json:"annotationError,omitempty"`
 	// Rollout is the node's part in the rollout: "slot" while it holds
-	// one, "failed" when it failed on the file's revision.
+	// one, "stuck" or "expired" for a slot it no longer renews (stuck: its
+	// record says a change is in progress), "failed" when it failed on the
+	// file's revision.
 	Rollout string `json:"rollout,omitempty"`
+	// Slot is the rollout slot the node holds, live or expired.
+	Slot *nodeSlot `json:"slot,omitempty"`
 }
 
 func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFunc) error {
@@ -154,7 +158,7 @@ func status(ctx context.Context, cs kubernetes.Interface, host string, q statusQ
 	}
 	ro := rolloutOf(ctx, cs, q.namespace, q.configMap, q.now)
 	for i := range rows {
-		rows[i].Rollout = ro.partOf(rows[i].Node)
+		rows[i] = ro.mark(rows[i])
 	}
 	if q.output == "json" {
 		enc := json.NewEncoder(w)

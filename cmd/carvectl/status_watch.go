@@ -291,8 +291,7 @@ func (s *statusWatch) start(ctx context.Context) error {
 	s.ro = rolloutOf(rctx, s.cs, s.q.namespace, s.q.configMap, s.o.now())
 	cancel()
 	for name, r := range s.rows {
-		r.Rollout = s.ro.partOf(name)
-		s.rows[name] = r
+		s.rows[name] = s.ro.mark(r)
 	}
 	s.synced, s.lastChange = true, s.o.now()
 	switch {
@@ -321,7 +320,7 @@ func (s *statusWatch) apply(e nodeEvent) error {
 	old, had := s.rows[e.name]
 	switch {
 	case e.shown:
-		e.row.Rollout = s.ro.partOf(e.name)
+		e.row = s.ro.mark(e.row)
 		if had && reflect.DeepEqual(old, e.row) {
 			return nil
 		}
@@ -344,9 +343,8 @@ func (s *statusWatch) setRollout(ro rolloutStatus) error {
 	// On a terminal the durations under the table move on.
 	s.dirty = s.synced && s.o.terminal
 	for _, name := range slices.Sorted(maps.Keys(s.rows)) {
-		r := s.rows[name]
-		if part := ro.partOf(name); part != r.Rollout {
-			r.Rollout = part
+		r := ro.mark(s.rows[name])
+		if !reflect.DeepEqual(r, s.rows[name]) {
 			s.rows[name] = r
 			if err := s.changed(true, false, r); err != nil {
 				return err
@@ -356,13 +354,13 @@ func (s *statusWatch) setRollout(ro rolloutStatus) error {
 	return nil
 }
 
-// sameRollout says a and b differ at most in when the slots expire, which
-// moves on each renewal.
+// sameRollout says a and b differ at most in when the slots were renewed
+// and expire, which moves on each renewal.
 func sameRollout(a, b rolloutStatus) bool {
 	strip := func(r rolloutStatus) rolloutStatus {
 		r.Slots = slices.Clone(r.Slots)
 		for i := range r.Slots {
-			r.Slots[i].Expires = time.Time{}
+			r.Slots[i].Renewed, r.Slots[i].Expires = time.Time{}, time.Time{}
 		}
 		return r
 	}

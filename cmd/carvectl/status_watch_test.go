@@ -267,6 +267,14 @@ func watchSteps() []watchStep {
 				t.Fatal(err)
 			}
 		}, 1},
+		{"gpu-b stops renewing its slot", func(t *testing.T, e *watchEnv) {
+			t.Helper()
+			l := slotLease("gpu-b")
+			l.Spec.RenewTime = new(metav1.NewMicroTime(watchNow.Add(-20 * time.Second)))
+			if _, err := e.cs.CoordinationV1().Leases("carve-system").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, 1},
 	}
 }
 
@@ -288,6 +296,7 @@ func TestStatusWatchLines(t *testing.T) {
 			"gpu-a  full      rule         -       full     <deleted>  -        gpu=8      -",
 			"gpu-b  full      rule         -       full     success  -        gpu=8      -",
 			"gpu-b  full      rule         -       full     success  slot     gpu=8      -",
+			"gpu-b  full      rule         -       full     success  expired  gpu=8      -",
 		}},
 		{"json", []string{
 			`{"type":"ADDED","node":"gpu-a","selected":"full","source":"rule","applied":"full","state":"success","resources":{"gpu":8}}`,
@@ -296,7 +305,10 @@ func TestStatusWatchLines(t *testing.T) {
 			`{"type":"ADDED","node":"gpu-c","state":"pending","resources":{}}`,
 			`{"type":"DELETED","node":"gpu-a","selected":"full","source":"rule","applied":"full","state":"success","resources":{"gpu":8}}`,
 			`{"type":"MODIFIED","node":"gpu-b","selected":"full","source":"rule","applied":"full","state":"success","resources":{"gpu":8}}`,
-			`{"type":"MODIFIED","node":"gpu-b","selected":"full","source":"rule","applied":"full","state":"success","resources":{"gpu":8},"rollout":"slot"}`,
+			`{"type":"MODIFIED","node":"gpu-b","selected":"full","source":"rule","applied":"full","state":"success","resources":{"gpu":8},"rollout":"slot",` +
+				`"slot":{"name":"carve-rollout-carve-profiles-0","since":"2026-11-24T19:58:55Z"}}`,
+			`{"type":"MODIFIED","node":"gpu-b","selected":"full","source":"rule","applied":"full","state":"success","resources":{"gpu":8},"rollout":"expired",` +
+				`"slot":{"name":"carve-rollout-carve-profiles-0","since":"2026-11-24T19:58:55Z","expiredAt":"2026-11-24T19:59:55Z"}}`,
 		}},
 	}
 	for _, tc := range tests {

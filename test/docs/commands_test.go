@@ -316,10 +316,11 @@ func checkCobra(root *cobra.Command, args []string) error {
 }
 
 // carvectlCommand splits a carvectl call's words into its command (with
-// the import format) and the names of the flags it passes.
+// the import format, or the rollout command) and the names of the flags
+// it passes.
 func carvectlCommand(args []string) (command, flags []string) {
 	command = args[:min(1, len(args))]
-	if len(args) > 1 && args[0] == "import" {
+	if len(args) > 1 && (args[0] == "import" || args[0] == "rollout") {
 		command = args[:2]
 	}
 	for _, a := range args[len(command):] {
@@ -419,7 +420,12 @@ func TestCarvectlCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	helps := map[string]string{}
-	for args, want := range map[string]string{"statu -w": `p.md:1: carvectl has no command "statu"`, "status -w --watch-all": "p.md:1: carvectl status has no flag -watch-all"} {
+	for args, want := range map[string]string{
+		"statu -w":                        `p.md:1: carvectl has no command "statu"`,
+		"status -w --watch-all":           "p.md:1: carvectl status has no flag -watch-all",
+		"rollout relase NODE":             `p.md:1: carvectl has no command "rollout relase"`,
+		"rollout release NODE --dry-runs": "p.md:1: carvectl rollout release has no flag -dry-runs",
+	} {
 		if err := checkCarvectl(t.Context(), bin, helps, toolCall{Where: "p.md:1", Tool: "carvectl", Args: strings.Fields(args)}); err == nil || err.Error() != want {
 			t.Errorf("carvectl %s: error %v, want %q", args, err, want)
 		}

@@ -50,7 +50,7 @@ func TestAlertsLoadAndNameExportedMetrics(t *testing.T) {
 		}
 	}
 	want := []string{"CarveNodeFailed", "CarveNodeRebootRequired", "CarveDrainPastTimeout", "CarveRolloutHalted",
-		"CarveDevicesUnhealthy", "CarveAgentNotReady", "CarveReconcileErrors"}
+		"CarveRolloutStuck", "CarveDevicesUnhealthy", "CarveAgentNotReady", "CarveReconcileErrors"}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("alerts (-want +got):\n%s", diff)
 	}
@@ -119,6 +119,11 @@ func alertCases() []alertCase {
 		}
 		return []map[string]string{l}
 	}
+	// stuck is the gauge of slot carve-rollout-p-0, held by n1, as waiting
+	// node waiter exports it.
+	stuck := func(waiter, values string) string {
+		return `carve_rollout_slot_stuck_seconds{node="` + waiter + `",slot="carve-rollout-p-0",holder="n1"} ` + values + "\n"
+	}
 	return []alertCase{
 		{"CarveNodeFailed", "failed 20m", `carve_agent_state{node="n1",state="failed"} 1x30`, 20 * m, node("severity", "warning")},
 		{"CarveNodeFailed", "failed 10m so far", `carve_agent_state{node="n1",state="failed"} 1x30`, 10 * m, nil},
@@ -132,6 +137,17 @@ func alertCases() []alertCase {
 		{"CarveDrainPastTimeout", "not draining", `carve_agent_drain_deadline_timestamp_seconds{node="n1"} 0x30`, 20 * m, nil},
 		{"CarveRolloutHalted", "halted", `carve_agent_rollout_halted{node="n1"} 1x20`, 10 * m, node()},
 		{"CarveRolloutHalted", "running", `carve_agent_rollout_halted{node="n1"} 0x20`, 10 * m, nil},
+		// The gauge counts from the slot's expiry, as waiting agents see it;
+		// n2 and n3 wait, n1 holds the slot. One alert, on the holder.
+		{"CarveRolloutStuck", "stuck 10m", stuck("n2", "0+60x20") + stuck("n3", "_ 55+60x19"), 10 * m,
+			node("slot", "carve-rollout-p-0", "holder", "n1", "severity", "warning")},
+		{"CarveRolloutStuck", "stuck 9m so far", stuck("n2", "0+60x20") + stuck("n3", "_ 55+60x19"), 9 * m, nil},
+		// n2 starts waiting at 5m, when the slot has been stuck 15m: the
+		// alert fires for 1m later.
+		{"CarveRolloutStuck", "seen late, 1m later", stuck("n2", "_x5 900+60x15"), 6 * m, node("slot", "carve-rollout-p-0", "holder", "n1")},
+		{"CarveRolloutStuck", "seen late, at once", stuck("n2", "_x5 900+60x15"), 5 * m, nil},
+		{"CarveRolloutStuck", "taken over after 8m", stuck("n2", "0+60x8 _x12"), 15 * m, nil},
+		{"CarveRolloutStuck", "not stuck", `carve_agent_rollout_waiting{node="n2"} 1x20`, 15 * m, nil},
 		{"CarveDevicesUnhealthy", "two unhealthy", `carve_agent_devices_unhealthy{node="n1",resource="nvidia.com/gpu"} 2x20`, 10 * m, node("resource", "nvidia.com/gpu")},
 		{"CarveDevicesUnhealthy", "healthy", `carve_agent_devices_unhealthy{node="n1",resource="nvidia.com/gpu"} 0x20`, 10 * m, nil},
 		{"CarveAgentNotReady", "not ready", `carve_agent_ready{node="n1",pod="carve-agent-x"} 0x20`, 15 * m, node("reason", "not ready", "severity", "critical")},
