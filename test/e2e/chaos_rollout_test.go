@@ -197,20 +197,21 @@ type fleetPhase struct {
 // (make test) each fault once, after a node's first MIG operation; in the
 // full mode (make chaos) each again, as soon as a node's record shows its
 // change. The profiles go from whole GPUs to MIG, to another MIG layout,
-// and so on, each a disruptive change on every node.
+// back to whole GPUs (short: the briefest change, where the 20 s outage
+// weighs most), and so on, each a disruptive change on every node.
 func fleetPhases() []fleetPhase {
 	phases := []fleetPhase{
 		{"balanced", "a node mid-change SIGKILLed after its first MIG operation, restarted 10 s later", 1, (*chaosFleet).killHolder},
 		{"half", "a node mid-change frozen (SIGSTOP) after its first MIG operation for 15 s, then SIGCONT", 1, (*chaosFleet).freezeHolder},
-		{"small", "kube-apiserver down for 20 s from a node's first MIG operation", 1, (*chaosFleet).outage},
+		{"full", "kube-apiserver down for 20 s from a node's first MIG operation", 1, (*chaosFleet).outage},
 	}
 	if !chaos.Full() {
 		return phases
 	}
 	return append(phases,
-		fleetPhase{"full", "a node SIGKILLed as soon as its record shows its change, restarted 10 s later", 0, (*chaosFleet).killHolder},
-		fleetPhase{"balanced", "a node frozen (SIGSTOP) as soon as its record shows its change, for 15 s, then SIGCONT", 0, (*chaosFleet).freezeHolder},
-		fleetPhase{"half", "kube-apiserver down for 20 s from the first node's record showing its change", 0, (*chaosFleet).outage},
+		fleetPhase{"small", "a node SIGKILLed as soon as its record shows its change, restarted 10 s later", 0, (*chaosFleet).killHolder},
+		fleetPhase{"half", "a node frozen (SIGSTOP) as soon as its record shows its change, for 15 s, then SIGCONT", 0, (*chaosFleet).freezeHolder},
+		fleetPhase{"balanced", "kube-apiserver down for 20 s from the first node's record showing its change", 0, (*chaosFleet).outage},
 	)
 }
 
@@ -295,9 +296,9 @@ func (f *chaosFleet) blameAll(s string) {
 }
 
 // blameUnconverged blames the nodes not at profile.
-func (f *chaosFleet) blameUnconverged(states map[string][3]string, profile string) {
+func (f *chaosFleet) blameUnconverged(states map[string]fleetState, profile string) {
 	for node, st := range states {
-		if st[0] != carvev1.StateSuccess || st[1] != profile {
+		if st.state != carvev1.StateSuccess || st.applied != profile {
 			f.blame(node)
 		}
 	}
@@ -596,10 +597,10 @@ func createFleetNode(ctx context.Context, cs kubernetes.Interface, name, label s
 }
 
 // formatStates writes a fleet's states, one node a line, sorted.
-func formatStates(states map[string][3]string) string {
+func formatStates(states map[string]fleetState) string {
 	var out []string
 	for node, st := range states {
-		out = append(out, fmt.Sprintf("  %s: state %s, applied %q, waiting %q", node, st[0], st[1], st[2]))
+		out = append(out, fmt.Sprintf("  %s: state %s, applied %q, waiting %q, change %q, last error %q", node, st.state, st.applied, st.waiting, st.change, st.lastError))
 	}
 	slices.Sort(out)
 	return strings.Join(out, "\n")

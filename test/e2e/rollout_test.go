@@ -104,25 +104,34 @@ type fleetNodes struct {
 	size  int
 }
 
-// states returns each fleet node's state and applied profile, and its
-// record's waiting.
-func (fl fleetNodes) states(ctx context.Context, cs kubernetes.Interface) (map[string][3]string, error) {
+// fleetState is a fleet node's state and applied profile (its labels),
+// and from its record what it waits for, its change and its last error.
+type fleetState struct {
+	state, applied, waiting, change, lastError string
+}
+
+// states returns each fleet node's fleetState.
+func (fl fleetNodes) states(ctx context.Context, cs kubernetes.Interface) (map[string]fleetState, error) {
 	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: fl.label})
 	if err != nil {
 		return nil, fmt.Errorf("fleet nodes: %w", err)
 	}
-	out := map[string][3]string{}
+	out := map[string]fleetState{}
 	for _, n := range list.Items {
 		rec, _ := harness.RecordOf(&n)
-		out[n.Name] = [3]string{n.Labels[carvev1.LabelState], n.Labels[carvev1.LabelApplied], rec.Waiting}
+		st := fleetState{state: n.Labels[carvev1.LabelState], applied: n.Labels[carvev1.LabelApplied], waiting: rec.Waiting, lastError: rec.LastError}
+		if c := rec.Change; c != nil {
+			st.change = fmt.Sprintf("since %s, profile %s, slot %s", c.Since, c.Profile, c.Slot)
+		}
+		out[n.Name] = st
 	}
 	return out, nil
 }
 
 // wait waits until every node of the fleet is in state with applied; it
 // returns the states last read.
-func (fl fleetNodes) wait(ctx context.Context, cs kubernetes.Interface, state, applied string, limit time.Duration) (map[string][3]string, error) {
-	var last map[string][3]string
+func (fl fleetNodes) wait(ctx context.Context, cs kubernetes.Interface, state, applied string, limit time.Duration) (map[string]fleetState, error) {
+	var last map[string]fleetState
 	err := harness.PollEvery(ctx, 250*time.Millisecond, limit, func(ctx context.Context) (bool, error) {
 		s, err := fl.states(ctx, cs)
 		if err != nil {
@@ -130,7 +139,7 @@ func (fl fleetNodes) wait(ctx context.Context, cs kubernetes.Interface, state, a
 		}
 		last = s
 		for _, st := range s {
-			if st[0] != state || st[1] != applied {
+			if st.state != state || st.applied != applied {
 				return false, nil
 			}
 		}
@@ -196,6 +205,7 @@ func TestRolloutFleet(t *testing.T) {
 		startFleetAgent(t, c, a)
 		agents[i] = a
 	}
+	var suspects []*fleetAgent // the agents whose log tails a failure shows (none: the first three)
 	t.Cleanup(func() {
 		for _, a := range agents {
 			if a.run.running() {
@@ -203,7 +213,11 @@ func TestRolloutFleet(t *testing.T) {
 			}
 		}
 		if t.Failed() {
-			for _, a := range agents[:3] {
+			shown := agents[:3]
+			if len(suspects) > 0 {
+				shown = suspects
+			}
+			for _, a := range shown {
 				t.Logf("%s log (tail):\n%s", a.node, harness.Tail(filepath.Join(a.dir, "agent.log"), 30))
 			}
 		}
@@ -230,7 +244,7 @@ func TestRolloutFleet(t *testing.T) {
 	}
 	since := time.Now()
 	applyProfilesNamed(ctx, t, cs, fleetCM, fleetFile("half", bounded, "broken"))
-	var states map[string][3]string
+	var states map[string]fleetState
 	failed, held := 0, 0
 	if err := harness.PollEvery(ctx, 250*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
 		s, err := fl.states(ctx, cs)
@@ -240,15 +254,21 @@ func TestRolloutFleet(t *testing.T) {
 		states, failed, held = s, 0, 0
 		for _, st := range s {
 			switch {
-			case st[0] == carvev1.StateFailed:
+			case st.state == carvev1.StateFailed:
 				failed++
-			case st[0] == carvev1.StatePending && strings.Contains(st[2], "halted"):
+			case st.state == carvev1.StatePending && strings.Contains(st.waiting, "halted"):
 				held++
 			}
 		}
 		return failed >= 2 && failed+held == fleetSize, nil
 	}); err != nil {
-		t.Fatalf("the rollout did not halt with every node failed or held back: %v\n%s", err, formatStates(states))
+		for _, a := range agents {
+			if st := states[a.node]; st.state != carvev1.StatePending || !strings.Contains(st.waiting, "halted") {
+				suspects = append(suspects, a)
+			}
+		}
+		seen := mid.take()
+		t.Fatalf("the rollout did not halt with every node failed or held back: %v\n%s\nmid-change timeline:\n%s", err, formatStates(states), mid.format(seen.timeline))
 	}
 	t.Logf("broken profile: %d nodes failed, %d held back", failed, held)
 	if failed > 2+3-1 {
