@@ -268,7 +268,7 @@ func TestRolloutFleet(t *testing.T) {
 			}
 		}
 		seen := mid.take()
-		t.Fatalf("the rollout did not halt with every node failed or held back: %v\n%s\nmid-change timeline:\n%s", err, formatStates(states), mid.format(seen.timeline))
+		t.Errorf("the rollout did not halt with every node failed or held back: %v\n%s\nmid-change timeline:\n%s", err, formatStates(states), mid.format(seen.timeline))
 	}
 	t.Logf("broken profile: %d nodes failed, %d held back", failed, held)
 	if failed > 2+3-1 {
