@@ -773,13 +773,32 @@ func waitNodeBack(ctx context.Context, t *testing.T, c *cluster.Cluster, back ti
 // lacked when the outage ended, empty if nothing.
 func apiOutageHeld(ctx context.Context, t *testing.T, cc *clusterCase, e *applyChaos, perGPU map[string]int, release func()) string {
 	t.Helper()
+	var diff string
+	apiOutage(ctx, t, e.c, 30*time.Second, func(stopped, end time.Time) {
+		release()
+		diff = waitKubeletMatches(ctx, e.c, e.m, perGPU, time.Until(end))
+		if diff == "" {
+			cc.note(t, "the new devices reached the kubelet %s into the outage", time.Since(stopped).Round(100*time.Millisecond))
+		}
+		if !e.run.running() {
+			t.Error("the agent stopped during the outage")
+		}
+	})
+	return diff
+}
+
+// apiOutage stops kube-apiserver, runs during (nil: nothing) while it is
+// down, given when it stopped and when it is to start again, and starts it
+// again d after it stopped (also when the test fails meanwhile). It
+// returns when the API server is back.
+func apiOutage(ctx context.Context, t *testing.T, c *cluster.Cluster, d time.Duration, during func(stopped, end time.Time)) {
+	t.Helper()
 	stopped := time.Now()
-	err := e.c.StopAPIServer()
-	release()
+	err := c.StopAPIServer()
 	up := false
 	defer func() {
 		if !up {
-			if err := e.c.StartAPIServer(context.Background()); err != nil {
+			if err := c.StartAPIServer(context.Background()); err != nil {
 				t.Errorf("start the API server: %v", err)
 			}
 		}
@@ -787,20 +806,15 @@ func apiOutageHeld(ctx context.Context, t *testing.T, cc *clusterCase, e *applyC
 	if err != nil {
 		t.Fatalf("stop the API server: %v", err)
 	}
-	end := stopped.Add(30 * time.Second)
-	diff := waitKubeletMatches(ctx, e.c, e.m, perGPU, time.Until(end))
-	if diff == "" {
-		cc.note(t, "the new devices reached the kubelet %s into the outage", time.Since(stopped).Round(100*time.Millisecond))
-	}
-	if !e.run.running() {
-		t.Error("the agent stopped during the outage")
+	end := stopped.Add(d)
+	if during != nil {
+		during(stopped, end)
 	}
 	time.Sleep(time.Until(end))
-	if err := e.c.StartAPIServer(ctx); err != nil {
+	if err := c.StartAPIServer(ctx); err != nil {
 		t.Fatalf("start the API server: %v", err)
 	}
 	up = true
-	return diff
 }
 
 // clockStepProfiles: two 3g.40gb devices by default, seven 1g.10gb in the

@@ -1,0 +1,370 @@
+package e2e
+
+// The outside view of a fleet's rollout: how many nodes are mid-change at
+// once, counted from the Node objects as any client of the API server
+// sees them, with no help from the agents. TestRolloutFleet and
+// TestChaosRolloutFleet share it.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/test/harness"
+)
+
+// midSpan is a time a node was seen mid-change: from when its record was
+// first seen with a change to when it was first seen without one (zero
+// while it still has one). since is when the record says the change
+// began (zero when it does not parse).
+type midSpan struct {
+	from, to, since time.Time
+}
+
+// watchDelay is how much earlier than the watch saw it a change may have
+// begun, as its record says: the informer's (or the List's) delay.
+const watchDelay = time.Second
+
+// begin is when the span began, allowing for the watch's delay: the
+// record's since, but no more than watchDelay before the watch saw it.
+func (s midSpan) begin() time.Time {
+	if s.since.IsZero() || !s.since.Before(s.from) {
+		return s.from
+	}
+	return maxTime(s.since, s.from.Add(-watchDelay))
+}
+
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// midEvent is one entry of a midWatch's timeline: a node seen entering or
+// leaving a change, and how many nodes were mid-change after it.
+type midEvent struct {
+	at     time.Time
+	node   string
+	mid    bool
+	change string // the change's since, profile and slot when mid
+	count  int
+}
+
+// midWatch counts, from outside the agents, the nodes of a fleet whose
+// record (the carve.dev/partition annotation) says they are mid-change,
+// and keeps the most seen at once, every sample over a bound, and a
+// timeline. It is fed by a Node informer (every event, in the API
+// server's order) and by a List on a fast ticker, which keeps it current
+// while the informer backs off after an API server outage. Each node's
+// state is applied only from a newer resourceVersion than the one it
+// holds, so the view is always the API server's at one revision.
+type midWatch struct {
+	bound int
+	start time.Time
+
+	mu       sync.Mutex
+	rv       map[string]uint64
+	mid      map[string]*carvev1.ChangeRecord
+	spans    map[string][]midSpan
+	most     int
+	over     []string
+	timeline []midEvent
+}
+
+// watchMidChange starts watching the Nodes selector matches until ctx
+// ends: an informer, and a List every tick. bound is the most nodes
+// that may be mid-change at once.
+func watchMidChange(ctx context.Context, t *testing.T, cs kubernetes.Interface, selector string, bound int, tick time.Duration) *midWatch {
+	t.Helper()
+	w := &midWatch{bound: bound, start: time.Now(), rv: map[string]uint64{}, mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	inf := f.Core().V1().Nodes().Informer()
+	node := func(obj any) *corev1.Node {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		n, _ := obj.(*corev1.Node)
+		return n
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.observe(node(o), false, time.Now()) },
+		UpdateFunc: func(_, o any) { w.observe(node(o), false, time.Now()) },
+		DeleteFunc: func(o any) { w.observe(node(o), true, time.Now()) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("Node informer did not sync")
+	}
+	go w.listEvery(ctx, cs, selector, tick)
+	return w
+}
+
+// listEvery lists the Nodes every tick until ctx ends; failed Lists (the
+// API server is down) are skipped.
+func (w *midWatch) listEvery(ctx context.Context, cs kubernetes.Interface, selector string, tick time.Duration) {
+	tk := time.NewTicker(tick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		list, err := cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{LabelSelector: selector})
+		cancel()
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		for i := range list.Items {
+			w.observe(&list.Items[i], false, now)
+		}
+		w.sample()
+	}
+}
+
+// observe takes in a node as seen at at, unless w holds a newer version
+// of it; gone says it was deleted.
+func (w *midWatch) observe(n *corev1.Node, gone bool, at time.Time) {
+	if n == nil {
+		return
+	}
+	var change *carvev1.ChangeRecord
+	if !gone {
+		if rec, err := harness.RecordOf(n); err == nil {
+			change = rec.Change
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rv, err := strconv.ParseUint(n.ResourceVersion, 10, 64); err == nil {
+		if rv <= w.rv[n.Name] && !gone {
+			return
+		}
+		w.rv[n.Name] = rv
+	}
+	_, was := w.mid[n.Name]
+	if change != nil {
+		w.mid[n.Name] = change
+	} else {
+		delete(w.mid, n.Name)
+	}
+	if was == (change != nil) {
+		return
+	}
+	w.mark(n.Name, change, at)
+}
+
+// mark records that node entered (change not nil) or left a change at at;
+// w.mu is held.
+func (w *midWatch) mark(node string, change *carvev1.ChangeRecord, at time.Time) {
+	ev := midEvent{at: at, node: node, mid: change != nil, count: len(w.mid)}
+	spans := w.spans[node]
+	if change != nil {
+		ev.change = fmt.Sprintf("since %s, profile %s, slot %s", change.Since, change.Profile, change.Slot)
+		since, _ := time.Parse(time.RFC3339Nano, change.Since)
+		w.spans[node] = append(spans, midSpan{from: at, since: since})
+	} else if len(spans) > 0 {
+		spans[len(spans)-1].to = at
+	}
+	w.timeline = append(w.timeline, ev)
+	w.countLocked(at)
+}
+
+// sample counts the nodes mid-change now (the ticker's sample).
+func (w *midWatch) sample() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.countLocked(time.Now())
+}
+
+// countLocked counts the nodes mid-change, keeps the most, and notes a
+// count over the bound with the nodes counted; w.mu is held.
+func (w *midWatch) countLocked(at time.Time) {
+	n := len(w.mid)
+	w.most = max(w.most, n)
+	if w.bound > 0 && n > w.bound {
+		w.over = append(w.over, fmt.Sprintf("%s: %d nodes mid-change (bound %d): %s", w.since(at), n, w.bound, w.describeLocked()))
+	}
+}
+
+// describeLocked lists the nodes mid-change with their changes; w.mu is
+// held.
+func (w *midWatch) describeLocked() string {
+	var out []string
+	for node, c := range w.mid {
+		out = append(out, fmt.Sprintf("%s (since %s, profile %s, slot %s)", node, c.Since, c.Profile, c.Slot))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// since is at as an offset from the start of the watch.
+func (w *midWatch) since(at time.Time) string {
+	return "t+" + at.Sub(w.start).Round(10*time.Millisecond).String()
+}
+
+// midPhase is what a midWatch saw between two takes.
+type midPhase struct {
+	// most is the most nodes seen mid-change at once.
+	most int
+	// over are the samples over the bound.
+	over []string
+	// timeline is every node seen entering or leaving a change.
+	timeline []midEvent
+}
+
+// take returns what w saw since the last take, and starts again from the
+// nodes mid-change now.
+func (w *midWatch) take() midPhase {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := midPhase{most: w.most, over: w.over, timeline: w.timeline}
+	w.most, w.over, w.timeline = len(w.mid), nil, nil
+	return p
+}
+
+// midNow returns the nodes mid-change now, with their changes.
+func (w *midWatch) midNow() map[string]carvev1.ChangeRecord {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]carvev1.ChangeRecord{}
+	for node, c := range w.mid {
+		out[node] = *c
+	}
+	return out
+}
+
+// covered reports whether node was seen mid-change at some time in
+// [lo, hi]: whether a change the watch saw began by hi (allowing for the
+// watch's delay, midSpan.begin) and had not ended before lo.
+func (w *midWatch) covered(node string, lo, hi time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.spans[node] {
+		if !s.begin().After(hi) && (s.to.IsZero() || !s.to.Before(lo)) {
+			return true
+		}
+	}
+	return false
+}
+
+// spansOf describes the times node was seen mid-change.
+func (w *midWatch) spansOf(node string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, s := range w.spans[node] {
+		to := "now"
+		if !s.to.IsZero() {
+			to = w.since(s.to)
+		}
+		out = append(out, w.since(s.from)+" to "+to)
+	}
+	if len(out) == 0 {
+		return "never"
+	}
+	return strings.Join(out, ", ")
+}
+
+// format writes a timeline, one line per event.
+func (w *midWatch) format(tl []midEvent) string {
+	var b strings.Builder
+	for _, ev := range tl {
+		what := "done"
+		if ev.mid {
+			what = "mid-change (" + ev.change + ")"
+		}
+		fmt.Fprintf(&b, "  %s %s %s -> %d mid-change\n", w.since(ev.at), ev.node, what, ev.count)
+	}
+	return b.String()
+}
+
+// midProblems says what is wrong with what w saw in a phase: more than
+// its bound mid-change at once, or fewer than least at most (least > 0:
+// the rollout runs that many changes side by side, and the watch sees
+// them).
+func midProblems(w *midWatch, seen midPhase, least int) []string {
+	var out []string
+	if len(seen.over) > 0 {
+		out = append(out, fmt.Sprintf("more than %d nodes mid-change at once (%d samples):\n  %s\ntimeline:\n%s",
+			w.bound, len(seen.over), strings.Join(seen.over, "\n  "), w.format(seen.timeline)))
+	}
+	if seen.most < least {
+		out = append(out, fmt.Sprintf("at most %d nodes seen mid-change at once; want %d to %d (the bound, used)\ntimeline:\n%s",
+			seen.most, least, w.bound, w.format(seen.timeline)))
+	}
+	return out
+}
+
+// TestMidWatchCounts checks the watch's bookkeeping without a cluster: a
+// node's older version is ignored, a count over the bound is noted with
+// the nodes counted, take starts again from the nodes mid-change, and
+// covered finds an op inside a change, allowing for the watch's delay.
+func TestMidWatchCounts(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := &midWatch{bound: 2, start: t0, rv: map[string]uint64{}, mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
+	node := func(name string, rv int, change bool) *corev1.Node {
+		rec := carvev1.NodeRecord{State: carvev1.StatePending}
+		if change {
+			rec.Change = &carvev1.ChangeRecord{Since: t0.Format(time.RFC3339Nano), Profile: "p", Slot: "s-" + name}
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: strconv.Itoa(rv),
+			Annotations: map[string]string{carvev1.AnnotationRecord: string(b)}}}
+	}
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	w.observe(node("a", 10, true), false, at(1))
+	w.observe(node("b", 11, true), false, at(2))
+	w.observe(node("a", 9, false), false, at(3)) // older than what the watch holds
+	w.observe(node("c", 12, true), false, at(4))
+	w.observe(node("a", 13, false), false, at(5))
+	got := w.take()
+	if got.most != 3 || len(got.over) != 1 || !strings.Contains(got.over[0], "a (since") || !strings.Contains(got.over[0], "c (since") {
+		t.Errorf("most %d, over %q; want 3, and one sample over 2 naming a, b and c", got.most, got.over)
+	}
+	if len(got.timeline) != 4 {
+		t.Errorf("timeline of %d events, want 4:\n%s", len(got.timeline), w.format(got.timeline))
+	}
+	if next := w.take(); next.most != 2 || len(next.over) != 0 {
+		t.Errorf("after take: most %d, over %q; want 2 (b and c) and none", next.most, next.over)
+	}
+	for _, c := range []struct {
+		node   string
+		lo, hi time.Time
+		want   bool
+	}{
+		{"a", at(2), at(3), true},                              // inside a's change
+		{"a", at(6), at(7), false},                             // after it
+		{"a", at(0), at(0).Add(500 * time.Millisecond), true},  // its record's since, under a second before the watch saw it
+		{"b", at(0), at(0).Add(500 * time.Millisecond), false}, // since, but 1.5 s before the watch saw it
+		{"c", at(9), at(10), true},                             // still mid-change
+		{"d", at(1), at(9), false},                             // never seen mid-change
+	} {
+		if got := w.covered(c.node, c.lo, c.hi); got != c.want {
+			t.Errorf("covered(%s, %s, %s) = %v, want %v", c.node, w.since(c.lo), w.since(c.hi), got, c.want)
+		}
+	}
+}
