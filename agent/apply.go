@@ -87,8 +87,10 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 	if err := save(); err != nil {
 		return 0, 0, fmt.Errorf("checkpoint before applying: %w", err)
 	}
-	if err := r.fencedOp(0, 0, partition.Op{}); err != nil {
-		return 0, 0, fmt.Errorf("before pausing operands and the first op: %w", err)
+	if disruptive(plans) {
+		if err := r.Fence(); err != nil {
+			return 0, 0, fmt.Errorf("before pausing operands and the first op: %w", err)
+		}
 	}
 	if err := r.pauseOperands(p, plans, &cp, save); err != nil {
 		return 0, 0, err

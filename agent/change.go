@@ -99,10 +99,11 @@ func (p *pass) fence(err error) {
 	p.log.Warn("disruptive change fenced", "err", err)
 }
 
-// fencedOp is the Applier's BeforeOp: an op starts only while the fence
-// allows it.
-func (r *Reconciler) fencedOp(int, int, partition.Op) error {
-	if r.Rollout == nil {
+// fencedOp is the Applier's BeforeOp: a disruptive op starts only while
+// the fence allows it. Creating instances in free space needs no slot, so
+// the fence does not hold it back (what is left of a failed change, say).
+func (r *Reconciler) fencedOp(_, _ int, op partition.Op) error {
+	if r.Rollout == nil || !op.Disruptive() {
 		return nil
 	}
 	return r.Rollout.Fence()

@@ -70,15 +70,17 @@ type midEvent struct {
 // and keeps the most seen at once, every sample over a bound, and a
 // timeline. It is fed by a Node informer (every event, in the API
 // server's order) and by a List on a fast ticker, which keeps it current
-// while the informer backs off after an API server outage. Each node's
-// state is applied only from a newer resourceVersion than the one it
-// holds, so the view is always the API server's at one revision.
+// while the informer backs off after an API server outage. The view
+// stands at one revision of the API server (at): an event is applied only
+// when it is newer than that, and a List, a snapshot at one revision, only
+// when it is newer, and then whole, before the nodes are counted, so that
+// every count is of a state the API server really had.
 type midWatch struct {
 	bound int
 	start time.Time
 
 	mu       sync.Mutex
-	rv       map[string]uint64
+	at       uint64
 	mid      map[string]*carvev1.ChangeRecord
 	spans    map[string][]midSpan
 	most     int
@@ -91,7 +93,7 @@ type midWatch struct {
 // that may be mid-change at once.
 func watchMidChange(ctx context.Context, t *testing.T, cs kubernetes.Interface, selector string, bound int, tick time.Duration) *midWatch {
 	t.Helper()
-	w := &midWatch{bound: bound, start: time.Now(), rv: map[string]uint64{}, mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
+	w := &midWatch{bound: bound, start: time.Now(), mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	inf := f.Core().V1().Nodes().Informer()
@@ -134,44 +136,90 @@ func (w *midWatch) listEvery(ctx context.Context, cs kubernetes.Interface, selec
 		if err != nil {
 			continue
 		}
-		now := time.Now()
-		for i := range list.Items {
-			w.observe(&list.Items[i], false, now)
-		}
-		w.sample()
+		w.snapshot(list, time.Now())
 	}
 }
 
-// observe takes in a node as seen at at, unless w holds a newer version
-// of it; gone says it was deleted.
+// snapshot takes in a List, the API server's state at the List's
+// revision, unless the view stands at a newer one: each node as listed, a
+// node not listed gone; then counts once.
+func (w *midWatch) snapshot(list *corev1.NodeList, at time.Time) {
+	rv, err := strconv.ParseUint(list.ResourceVersion, 10, 64)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rv <= w.at {
+		return
+	}
+	w.at = rv
+	first := len(w.timeline)
+	listed := map[string]bool{}
+	for i := range list.Items {
+		n := &list.Items[i]
+		listed[n.Name] = true
+		w.setLocked(n.Name, changeOf(n, false), at)
+	}
+	for node := range w.mid {
+		if !listed[node] {
+			w.setLocked(node, nil, at)
+		}
+	}
+	for i := first; i < len(w.timeline); i++ {
+		w.timeline[i].count = len(w.mid)
+	}
+	w.countLocked(at)
+}
+
+// changeOf is the change n's record says is in progress (nil when none,
+// when the record cannot be read, or when n is gone).
+func changeOf(n *corev1.Node, gone bool) *carvev1.ChangeRecord {
+	if gone {
+		return nil
+	}
+	if rec, err := harness.RecordOf(n); err == nil {
+		return rec.Change
+	}
+	return nil
+}
+
+// observe takes in an informer's event for a node, seen at at, unless the
+// view stands at a newer revision (a List has covered it); gone says the
+// node was deleted, which is taken in whatever its revision. Then it
+// counts.
 func (w *midWatch) observe(n *corev1.Node, gone bool, at time.Time) {
 	if n == nil {
 		return
 	}
-	var change *carvev1.ChangeRecord
-	if !gone {
-		if rec, err := harness.RecordOf(n); err == nil {
-			change = rec.Change
-		}
-	}
+	change := changeOf(n, gone)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if rv, err := strconv.ParseUint(n.ResourceVersion, 10, 64); err == nil {
-		if rv <= w.rv[n.Name] && !gone {
+	if rv, err := strconv.ParseUint(n.ResourceVersion, 10, 64); err == nil && !gone {
+		if rv <= w.at {
 			return
 		}
-		w.rv[n.Name] = rv
+		w.at = rv
 	}
-	_, was := w.mid[n.Name]
+	if w.setLocked(n.Name, change, at) {
+		w.countLocked(at)
+	}
+}
+
+// setLocked sets node's change in progress (nil: none) and reports
+// whether that changed whether it is mid-change; w.mu is held.
+func (w *midWatch) setLocked(node string, change *carvev1.ChangeRecord, at time.Time) bool {
+	_, was := w.mid[node]
 	if change != nil {
-		w.mid[n.Name] = change
+		w.mid[node] = change
 	} else {
-		delete(w.mid, n.Name)
+		delete(w.mid, node)
 	}
 	if was == (change != nil) {
-		return
+		return false
 	}
-	w.mark(n.Name, change, at)
+	w.mark(node, change, at)
+	return true
 }
 
 // mark records that node entered (change not nil) or left a change at at;
@@ -187,14 +235,6 @@ func (w *midWatch) mark(node string, change *carvev1.ChangeRecord, at time.Time)
 		spans[len(spans)-1].to = at
 	}
 	w.timeline = append(w.timeline, ev)
-	w.countLocked(at)
-}
-
-// sample counts the nodes mid-change now (the ticker's sample).
-func (w *midWatch) sample() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.countLocked(time.Now())
 }
 
 // countLocked counts the nodes mid-change, keeps the most, and notes a
@@ -322,7 +362,7 @@ func midProblems(w *midWatch, seen midPhase, least int) []string {
 // covered finds an op inside a change, allowing for the watch's delay.
 func TestMidWatchCounts(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	w := &midWatch{bound: 2, start: t0, rv: map[string]uint64{}, mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
+	w := &midWatch{bound: 2, start: t0, mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
 	node := func(name string, rv int, change bool) *corev1.Node {
 		rec := carvev1.NodeRecord{State: carvev1.StatePending}
 		if change {
@@ -351,6 +391,17 @@ func TestMidWatchCounts(t *testing.T) {
 	if next := w.take(); next.most != 2 || len(next.over) != 0 {
 		t.Errorf("after take: most %d, over %q; want 2 (b and c) and none", next.most, next.over)
 	}
+	// A List at revision 20 in which c is done and d began: one state of
+	// the API server, counted once (2), never c and d together (3).
+	w.snapshot(&corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "20"},
+		Items: []corev1.Node{*node("a", 13, false), *node("b", 11, true), *node("c", 19, false), *node("d", 18, true)}}, at(6))
+	w.snapshot(&corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: "19"},
+		Items: []corev1.Node{*node("c", 12, true)}}, at(7)) // older than the view
+	w.observe(node("c", 15, true), false, at(8)) // an event the List covered
+	if got := w.take(); got.most != 2 || len(got.over) != 0 || len(w.midNow()) != 2 {
+		t.Errorf("after a List: most %d, over %q, mid %v; want 2, none, b and d", got.most, got.over, w.midNow())
+	}
+	w.observe(node("c", 21, true), false, at(9))
 	for _, c := range []struct {
 		node   string
 		lo, hi time.Time
@@ -361,7 +412,7 @@ func TestMidWatchCounts(t *testing.T) {
 		{"a", at(0), at(0).Add(500 * time.Millisecond), true},  // its record's since, under a second before the watch saw it
 		{"b", at(0), at(0).Add(500 * time.Millisecond), false}, // since, but 1.5 s before the watch saw it
 		{"c", at(9), at(10), true},                             // still mid-change
-		{"d", at(1), at(9), false},                             // never seen mid-change
+		{"e", at(1), at(9), false},                             // never seen mid-change
 	} {
 		if got := w.covered(c.node, c.lo, c.hi); got != c.want {
 			t.Errorf("covered(%s, %s, %s) = %v, want %v", c.node, w.since(c.lo), w.since(c.hi), got, c.want)
