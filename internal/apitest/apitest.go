@@ -73,37 +73,42 @@ func (s *Strict) next() string {
 	return strconv.FormatInt(s.rv, 10)
 }
 
-func (s *Strict) create(action k8stesting.Action) (bool, runtime.Object, error) {
-	a, ok := action.(k8stesting.CreateAction)
-	if !ok || a.GetSubresource() != "" {
-		return false, nil, nil
+// written is a copy of the object a create or update writes and its
+// metadata; ok is false for an action of another kind or on a
+// subresource, which the plain fake handles.
+func written(action k8stesting.Action) (obj runtime.Object, m metav1.Object, ok bool, err error) {
+	a, isWrite := action.(interface{ GetObject() runtime.Object })
+	if !isWrite || action.GetSubresource() != "" {
+		return nil, nil, false, nil
 	}
-	obj := a.GetObject().DeepCopyObject()
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return true, nil, fmt.Errorf("apitest: %s without object metadata: %w", action.GetVerb(), err)
+	obj = a.GetObject().DeepCopyObject()
+	if m, err = meta.Accessor(obj); err != nil {
+		return nil, nil, true, fmt.Errorf("apitest: %s without object metadata: %w", action.GetVerb(), err)
+	}
+	return obj, m, true, nil
+}
+
+func (s *Strict) create(action k8stesting.Action) (bool, runtime.Object, error) {
+	obj, m, ok, err := written(action)
+	if !ok || err != nil {
+		return ok, nil, err
 	}
 	if m.GetResourceVersion() != "" {
 		return true, nil, apierrors.NewBadRequest("resourceVersion should not be set on objects to be created")
 	}
 	m.SetResourceVersion(s.next())
-	if err := s.cs.Tracker().Create(a.GetResource(), obj, a.GetNamespace()); err != nil {
+	if err := s.cs.Tracker().Create(action.GetResource(), obj, action.GetNamespace()); err != nil {
 		return true, nil, err
 	}
 	return true, obj, nil
 }
 
 func (s *Strict) update(action k8stesting.Action) (bool, runtime.Object, error) {
-	a, ok := action.(k8stesting.UpdateAction)
-	if !ok || a.GetSubresource() != "" {
-		return false, nil, nil
+	obj, m, ok, err := written(action)
+	if !ok || err != nil {
+		return ok, nil, err
 	}
-	obj := a.GetObject().DeepCopyObject()
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return true, nil, fmt.Errorf("apitest: %s without object metadata: %w", action.GetVerb(), err)
-	}
-	gvr, ns := a.GetResource(), a.GetNamespace()
+	gvr, ns := action.GetResource(), action.GetNamespace()
 	cm, err := s.stored(gvr, ns, m.GetName())
 	if err != nil {
 		return true, nil, err
