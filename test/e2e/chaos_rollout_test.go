@@ -147,6 +147,7 @@ func (f *chaosFleet) blame(node string) {
 // stopAll stops every agent (SIGCONT first, for one left frozen), prints
 // the blamed nodes' log tails if the test failed, and removes the fleet.
 func (f *chaosFleet) stopAll(t *testing.T) {
+	t.Helper()
 	for _, a := range f.agents {
 		if a.p == nil || a.p.Exited() {
 			continue
