@@ -286,10 +286,6 @@ func (c *converter) scalar(path string, n *yaml.Node) any {
 	}
 }
 
-// integerText matches the notations of an integer that yaml resolves as
-// one when it fits 64 bits (underscores removed first).
-var integerText = regexp.MustCompile(`^[-+]?(0b[01]+|0o[0-7]+|0x[0-9a-fA-F]+|[0-9]+)$`)
-
 // wideInteger reports whether n is written as an integer, plain and
 // untagged, that yaml resolved as a float (a decimal beyond 64 bits) or a
 // string (0x, 0o or 0b beyond 64 bits): an integer too wide for an int64.
@@ -297,5 +293,40 @@ func wideInteger(n *yaml.Node) bool {
 	if n.Style != 0 {
 		return false // quoted, a block scalar, or tagged
 	}
-	return integerText.MatchString(strings.ReplaceAll(n.Value, "_", ""))
+	return integerText(n.Value)
+}
+
+// integerText reports whether s is an integer in one of the notations
+// yaml reads as one when it fits 64 bits: an optional sign, then decimal
+// digits, or 0b, 0o or 0x and digits of that base; underscores may stand
+// between the digits. It reads s byte by byte and allocates nothing (it
+// runs on every plain scalar of a file).
+func integerText(s string) bool {
+	if len(s) > 0 && (s[0] == '-' || s[0] == '+') {
+		s = s[1:]
+	}
+	digit := func(c byte) bool { return c >= '0' && c <= '9' }
+	if len(s) > 2 && s[0] == '0' {
+		switch s[1] {
+		case 'b':
+			digit, s = func(c byte) bool { return c == '0' || c == '1' }, s[2:]
+		case 'o':
+			digit, s = func(c byte) bool { return c >= '0' && c <= '7' }, s[2:]
+		case 'x':
+			digit, s = func(c byte) bool {
+				return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+			}, s[2:]
+		}
+	}
+	seen := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '_':
+		case digit(c):
+			seen = true
+		default:
+			return false
+		}
+	}
+	return seen
 }

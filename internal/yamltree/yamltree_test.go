@@ -140,3 +140,16 @@ func TestDecodeBounded(t *testing.T) {
 		t.Errorf("deep nesting: problems %v, err %v", ps, err)
 	}
 }
+
+// TestIntegerText: the notations of an integer, as the resolver of yaml
+// reads them, underscores between digits allowed; nothing else.
+func TestIntegerText(t *testing.T) {
+	for s, want := range map[string]bool{
+		"99999999999999999999": true, "-1": true, "+1_000": true, "0x1_0000_0000_0000_0000": true, "0o17": true, "0b101": true,
+		"": false, "-": false, "+-1": false, "0x": false, "0b2": false, "0o8": false, "0xg": false, "1.5": false, "1e20": false, "12a": false, "_": false,
+	} {
+		if got := integerText(s); got != want {
+			t.Errorf("integerText(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
