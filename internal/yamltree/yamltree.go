@@ -319,7 +319,7 @@ func integerText(s string) bool {
 		}
 	}
 	seen := false
-	for i := 0; i < len(s); i++ {
+	for i := range len(s) {
 		switch c := s[i]; {
 		case c == '_':
 		case digit(c):
