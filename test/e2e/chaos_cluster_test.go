@@ -700,17 +700,20 @@ func restartKubeletHeld(ctx context.Context, t *testing.T, cc *clusterCase, c *c
 
 // TestChaosAPIServerOutageMidApply: the API server is stopped for 30 s
 // while the agent applies a MIG change, held after op k until the API
-// server is down. The apply completes from the agent's caches and its
-// devices reach the kubelet during the outage; once the API server is
-// back the node's state, labels, record and Events catch up, and nothing
-// is lost. Short mode: once, a third into the apply; full mode: three
+// server is down. The apply goes on from the agent's caches while its
+// rollout slot is valid (its last renewal within the fence, 10 s): its
+// devices reach the kubelet during the outage, or the fence stops it at
+// an operation boundary (a RolloutFenced Event) and it finishes once the
+// API server is back; then the node's state, labels, record and Events
+// catch up, and nothing is lost. Short mode: once, a third into the apply; full mode: three
 // changes, the outage from a third in, after the last op and after the
 // first.
 func TestChaosAPIServerOutageMidApply(t *testing.T) {
 	c := suite.Cluster(t)
 	describeScenario(t, scenarioAPIOutage, "The agent, in process, applies a MIG change on two simulated H100s at the pace of real GPUs "+
 		"while a pod holds one of its 1g.10gb devices. The apply is held after op k, kube-apiserver stopped, the apply let go on, and "+
-		"kube-apiserver started again 30 s after it stopped. The new devices must reach the kubelet during the outage. "+applyChecks+
+		"kube-apiserver started again 30 s after it stopped. The apply goes on while the agent's rollout slot is valid (its last renewal within 10 s): "+
+		"the new devices reach the kubelet during the outage, or the agent stops at an operation boundary (a RolloutFenced Event) and finishes once kube-apiserver is back. "+applyChecks+
 		" The change's Repartitioned Event reaches the API server.")
 	ctx := testCtx(t, 20*time.Minute)
 	e := newApplyChaos(ctx, t, c, "chaos-outage")
@@ -725,10 +728,14 @@ func TestChaosAPIServerOutageMidApply(t *testing.T) {
 			since := time.Now()
 			var during string
 			e.change(ctx, t, cc, k, func(release func()) { during = apiOutageHeld(ctx, t, cc, e, perGPU, release) })
-			if during != "" {
-				cc.lose(t, "during the outage the change did not reach the kubelet: %s", during)
-			}
 			back := time.Now()
+			if during != "" {
+				if _, err := harness.WaitEvent(ctx, c.Clientset(), c.NodeName(), carvev1.ReasonRolloutFenced, "", since, 2*time.Minute); err != nil {
+					cc.lose(t, "during the outage the change neither reached the kubelet (%s) nor stopped at the rollout's fence: %v", during, err)
+				} else {
+					cc.note(t, "the change stopped at the rollout's fence during the outage (RolloutFenced), and went on once the API server was back")
+				}
+			}
 			waitState(ctx, t, c, carvev1.StateSuccess, to)
 			cc.note(t, "state and labels caught up %s after the API server came back", time.Since(back).Round(100*time.Millisecond))
 			e.checkConverged(ctx, t, cc, to)
