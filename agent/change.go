@@ -2,8 +2,6 @@ package agent
 
 import (
 	"errors"
-	"fmt"
-	"slices"
 	"time"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -59,10 +57,7 @@ func (p *pass) beginChange() (bool, error) {
 // a ready change that destroys, or a blocked one whose devices are
 // withdrawn while the drain policy waits or evicts.
 func (p *pass) disrupts() bool {
-	if slices.ContainsFunc(p.ready, partition.GPUPlan.Disruptive) {
-		return true
-	}
-	return p.file != nil && p.file.Drain.Policy != configs.DrainFail && slices.ContainsFunc(p.blocked, partition.GPUPlan.Disruptive)
+	return disruptive(p.ready) || p.file != nil && p.file.Drain.Policy != configs.DrainFail && disruptive(p.blocked)
 }
 
 // holdBackAll queues every disruptive change of the pass: none starts.
@@ -73,10 +68,7 @@ func (p *pass) holdBackAll() {
 // allowed reports whether a disruptive step may start now, as the
 // rollout's fence says; when it may not, the pass stops there (fence).
 func (p *pass) allowed() bool {
-	if p.r.Rollout == nil {
-		return true
-	}
-	if err := p.r.Rollout.Fence(); err != nil {
+	if err := p.r.Fence(); err != nil {
 		p.fence(err)
 		return false
 	}
@@ -103,23 +95,20 @@ func (p *pass) fence(err error) {
 // the fence allows it. Creating instances in free space needs no slot, so
 // the fence does not hold it back (what is left of a failed change, say).
 func (r *Reconciler) fencedOp(_, _ int, op partition.Op) error {
-	if r.Rollout == nil || !op.Disruptive() {
+	if !op.Disruptive() {
 		return nil
 	}
-	return r.Rollout.Fence()
+	return r.Fence()
 }
 
 // isFenced reports whether err is the fence's.
 func isFenced(err error) bool { return errors.Is(err, ErrFenced) }
 
-// Fence reports whether a disruptive step the caller makes for the last
-// pass (an eviction) may start now: nil without a rollout.
+// Fence reports whether a disruptive step may start now (the pass's
+// withdrawals and ops, the caller's evictions): nil without a rollout.
 func (r *Reconciler) Fence() error {
 	if r.Rollout == nil {
 		return nil
 	}
-	if err := r.Rollout.Fence(); err != nil {
-		return fmt.Errorf("disruptive step not started: %w", err)
-	}
-	return nil
+	return r.Rollout.Fence()
 }
