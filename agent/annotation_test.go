@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -34,8 +35,8 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 	want := []carvev1.GPURecord{
 		{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "disabled", PendingMIGMode: "enabled", Replicas: 3, RenameShared: true, FailRequestsGreaterThanOne: true},
 		{Index: 1, UUID: "GPU-b", Model: "H100-80GB", MIGMode: "enabled", Instances: []carvev1.InstanceRecord{
-			{Profile: "1g.10gb", Placement: partition.Placement{Start: 0, Size: 1}, GIID: 1, UUID: "MIG-1", Replicas: 2},
-			{Profile: "3g.40gb", Placement: partition.Placement{Start: 4, Size: 4}, GIID: 3, UUID: "MIG-3", Replicas: 1},
+			{Profile: "1g.10gb", Placement: carvev1.Placement{Start: 0, Size: 1}, GIID: 1, UUID: "MIG-1", Replicas: 2},
+			{Profile: "3g.40gb", Placement: carvev1.Placement{Start: 4, Size: 4}, GIID: 3, UUID: "MIG-3", Replicas: 1},
 		}},
 	}
 	if diff := cmp.Diff(want, recs); diff != "" {
@@ -52,7 +53,7 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 }
 
 func TestPartitionEncodeStable(t *testing.T) {
-	gpus := []carvev1.GPURecord{{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "enabled", Instances: []carvev1.InstanceRecord{{Profile: "7g.80gb", GIID: 0, UUID: "MIG-x", Replicas: 1, Placement: partition.Placement{Size: 8}}}}}
+	gpus := []carvev1.GPURecord{{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "enabled", Instances: []carvev1.InstanceRecord{{Profile: "7g.80gb", GIID: 0, UUID: "MIG-x", Replicas: 1, Placement: carvev1.Placement{Size: 8}}}}}
 	const gpusJSON = `"gpus":[{"index":0,"uuid":"GPU-a","model":"H100-80GB","migMode":"enabled","instances":[{"profile":"7g.80gb","placement":{"start":0,"size":8},"giID":0,"uuid":"MIG-x","replicas":1}]}]`
 	tests := []struct {
 		name string
@@ -174,5 +175,46 @@ func TestSelectedFrom(t *testing.T) {
 				t.Fatalf("SelectedFrom(%+v) mismatch (-want +got):\n%s", tt.sel, diff)
 			}
 		})
+	}
+}
+
+// TestRecordFromNewerAgent: an agent that starts on a node whose record a
+// newer agent wrote, with fields it does not know (a rollback, or the
+// older side of a rolling upgrade), takes it as its previous record: the
+// GPUs are left as they are, the same devices are advertised, the
+// generation goes on, and the record it writes back is its own, without
+// the fields it does not know (docs/versioning.md).
+func TestRecordFromNewerAgent(t *testing.T) {
+	h := newHarness(t, "h100-80gb*2")
+	f := h.parse(testProfiles)
+	first := h.reconcile(f, nil, "balanced")
+	enc, err := first.Annotation.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := strings.Replace(enc, `{"profile":`, `{"fromANewerAgent":{"x":[1]},"profile":`, 1)
+	newer = strings.ReplaceAll(newer, `"giID":`, `"newerInstanceField":true,"giID":`)
+	if !strings.Contains(newer, "newerInstanceField") {
+		t.Fatalf("no instance in the record: %s", enc)
+	}
+	rec, err := carvev1.DecodeNodeRecord(newer)
+	if err != nil {
+		t.Fatalf("the newer record is refused: %v", err)
+	}
+	advertised := h.adv.counts()
+	h.prev, h.adv = &rec, &fakeAdvertiser{}
+	h.r = h.newReconciler()
+	h.m.ResetOpLog()
+	h.now = h.now.Add(time.Hour)
+	second := h.reconcile(f, nil, "balanced")
+	if ops := h.mutations(); len(ops) != 0 {
+		t.Errorf("the agent touched the GPUs: %v", ops)
+	}
+	if diff := cmp.Diff(advertised, h.adv.counts()); diff != "" {
+		t.Errorf("advertised (-before +after):\n%s", diff)
+	}
+	again, err := second.Annotation.Encode()
+	if err != nil || again != enc {
+		t.Errorf("record written back (%v):\n%s\nwant the agent's own:\n%s", err, again, enc)
 	}
 }

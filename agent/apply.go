@@ -76,7 +76,7 @@ func (p *pass) runReady() {
 // applyPlans runs the plans with checkpoints and returns the ops done and
 // how long they took.
 func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.Duration, error) {
-	cp := carvev1.Checkpoint{Profile: p.want.Profile, ProfileHash: p.want.Hash, Started: r.now(), Plan: partition.NodePlan{GPUs: plans}, Done: map[int]int{}}
+	cp := carvev1.Checkpoint{Profile: p.want.Profile, ProfileHash: p.want.Hash, Started: r.now(), Plan: partition.NodePlanToV1(partition.NodePlan{GPUs: plans}), Done: map[int]int{}}
 	save := func() error {
 		if r.Checkpoints == nil {
 			return nil

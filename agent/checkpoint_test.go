@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
-	"github.com/carve-dev/carve/partition"
 )
 
 func TestCheckpoints(t *testing.T) {
@@ -23,9 +22,9 @@ func TestCheckpoints(t *testing.T) {
 	}
 	intent := carvev1.Checkpoint{
 		Profile: "balanced", ProfileHash: "0123", Started: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		Plan: partition.NodePlan{GPUs: []partition.GPUPlan{{Index: 2, UUID: "GPU-c", Ops: []partition.Op{
-			{Kind: partition.OpCreateGI, Profile: "1g.10gb", Placement: partition.Placement{Start: 0, Size: 1}, GIID: -1, CIID: -1},
-			{Kind: partition.OpCreateCI, Profile: "1g.10gb", Placement: partition.Placement{Start: 0, Size: 1}, GIID: -1, CIID: -1},
+		Plan: carvev1.NodePlan{GPUs: []carvev1.GPUPlan{{Index: 2, UUID: "GPU-c", Ops: []carvev1.Op{
+			{Kind: carvev1.OpCreateGI, Profile: "1g.10gb", Placement: carvev1.Placement{Start: 0, Size: 1}, GIID: -1, CIID: -1},
+			{Kind: carvev1.OpCreateCI, Profile: "1g.10gb", Placement: carvev1.Placement{Start: 0, Size: 1}, GIID: -1, CIID: -1},
 		}}}},
 		Done: map[int]int{2: 1},
 	}

@@ -44,7 +44,7 @@ func GPURecords(gpus []partition.GPU, res timeslice.Resources, sharing map[int]t
 		for _, in := range g.Instances {
 			u := in.UUID()
 			r.Instances = append(r.Instances, carvev1.InstanceRecord{
-				Profile: in.Profile, Placement: in.Placement, GIID: in.GIID, UUID: u, Replicas: replicas[u],
+				Profile: in.Profile, Placement: partition.PlacementToV1(in.Placement), GIID: in.GIID, UUID: u, Replicas: replicas[u],
 			})
 		}
 		sort.SliceStable(r.Instances, func(i, j int) bool { return r.Instances[i].Placement.Start < r.Instances[j].Placement.Start })

@@ -94,7 +94,7 @@ func (p *pass) readRecord() {
 			set := map[instanceKey]bool{}
 			for _, in := range g.Instances {
 				if in.UUID != "" {
-					set[instanceKey{profile: in.Profile, placement: in.Placement, uuid: in.UUID}] = true
+					set[instanceKey{profile: in.Profile, placement: partition.PlacementFromV1(in.Placement), uuid: in.UUID}] = true
 				}
 			}
 			s.seen[g.UUID] = set

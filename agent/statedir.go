@@ -20,7 +20,7 @@ func (p *pass) checkStateDir() (bool, error) {
 	if r.Checkpoints == nil || !slices.ContainsFunc(plans, func(gp partition.GPUPlan) bool { return len(gp.Ops) > 0 || len(gp.WouldDo) > 0 }) {
 		return true, nil
 	}
-	cp := carvev1.Checkpoint{Profile: p.want.Profile, ProfileHash: p.want.Hash, Started: p.in.Now, Plan: partition.NodePlan{GPUs: plans}, Done: map[int]int{}}
+	cp := carvev1.Checkpoint{Profile: p.want.Profile, ProfileHash: p.want.Hash, Started: p.in.Now, Plan: partition.NodePlanToV1(partition.NodePlan{GPUs: plans}), Done: map[int]int{}}
 	data, err := cp.Encode()
 	if err == nil {
 		err = r.Checkpoints.Probe(2*len(data) + 4096) // room for the ops done and the paused operands

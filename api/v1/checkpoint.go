@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/carve-dev/carve/partition"
 )
 
 // CheckpointVersion is the format version of Checkpoint.
@@ -27,7 +25,7 @@ type Checkpoint struct {
 	// Started is when the apply began.
 	Started time.Time `json:"started"`
 	// Plan is the plan being applied.
-	Plan partition.NodePlan `json:"plan"`
+	Plan NodePlan `json:"plan"`
 	// Done counts, per GPU index, the ops of its plan that succeeded.
 	Done map[int]int `json:"done"`
 	// Paused are the GPU Operator operand labels paused for this apply

@@ -13,13 +13,17 @@
 //     (checkpoint.go).
 //
 // The profile file has its own versioned format in package configs.
-// This package depends on nothing of carve but the plan types of package
-// partition, which the plan document and the checkpoint embed. Importers
-// name it carvev1:
+// This package depends on nothing else of carve (a test checks it): the
+// plan types the plan document and the checkpoint hold are its own
+// (nodeplan.go), and package partition converts its planner's types to and
+// from them. Importers name it carvev1:
 //
 //	import carvev1 "github.com/carve-dev/carve/api/v1"
 //
 // Fields are only ever added to these formats; a reader must ignore fields
-// it does not know. A change that removes or redefines a field is a new
-// version, in a new package.
+// it does not know (the checkpoint is the exception: an agent refuses one
+// with a field it does not know and re-plans from the GPUs instead). A
+// change that removes or redefines a field is a new version, in a new
+// package. docs/versioning.md says what carve promises and the golden
+// files in testdata pin the encodings.
 package v1

@@ -1,7 +1,5 @@
 package v1
 
-import "github.com/carve-dev/carve/partition"
-
 // PlanDocument is what `carvectl plan -o json` prints: the plan of one
 // profile on one machine, per GPU, with the resources the node would
 // advertise once it has run.
@@ -11,7 +9,7 @@ type PlanDocument struct {
 	// GPUs is the --gpus value the plan was made for.
 	GPUs string `json:"gpus"`
 	// Plan holds one plan per GPU, in index order.
-	Plan partition.NodePlan `json:"plan"`
+	Plan NodePlan `json:"plan"`
 	// Resources counts the devices that would be advertised per resource.
 	Resources map[string]int `json:"resources"`
 	// NeedsReset is true when some GPU must be reset (or the node

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/carve-dev/carve/partition"
 )
 
 // NodeRecord is what carve records of a node in the AnnotationRecord
@@ -33,6 +31,10 @@ type NodeRecord struct {
 	Generation int64 `json:"generation"`
 	// LastTransition is when the content last changed, RFC 3339 in UTC.
 	LastTransition string `json:"lastTransition"`
+	// AgentVersion is the version of the carve-agent that wrote the record
+	// (carve-agent --version), so that a fleet in the middle of an upgrade
+	// shows both.
+	AgentVersion string `json:"agentVersion,omitempty"`
 	// LastError is the error of the last reconcile, "" when it succeeded.
 	LastError string `json:"lastError,omitempty"`
 	// Waiting says what a pending node waits for (a maintenance window, a
@@ -123,9 +125,9 @@ const (
 
 // InstanceRecord is one MIG instance in the NodeRecord.
 type InstanceRecord struct {
-	Profile   string              `json:"profile"`
-	Placement partition.Placement `json:"placement"`
-	GIID      int                 `json:"giID"`
+	Profile   string    `json:"profile"`
+	Placement Placement `json:"placement"`
+	GIID      int       `json:"giID"`
 	// UUID is the MIG device UUID, "" for an incomplete instance.
 	UUID string `json:"uuid,omitempty"`
 	// Replicas is how many times the device is advertised (0 when it is

@@ -8,8 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/validation"
-
-	"github.com/carve-dev/carve/partition"
 )
 
 func TestLabelValue(t *testing.T) {
@@ -126,25 +124,6 @@ func TestProductLabel(t *testing.T) {
 		}
 		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
 			t.Errorf("%q is no label value: %v", got, errs)
-		}
-	}
-}
-
-// Every profile name of the catalogue makes a valid resource name and
-// label key, and no two profiles of a model share one.
-func TestCatalogueNames(t *testing.T) {
-	for _, m := range partition.Catalogue() {
-		seen := map[string]string{}
-		for _, p := range m.Profiles {
-			for _, name := range []string{ResourceName(p.Name, false), ResourceName(p.Name, true), MIGLabelKey(p.Name, MIGLabelMemory)} {
-				if errs := validation.IsQualifiedName(name); len(errs) > 0 {
-					t.Errorf("%s %s: %q is invalid: %v", m.Key, p.Name, name, errs)
-				}
-			}
-			if other, dup := seen[MIGName(p.Name)]; dup {
-				t.Errorf("%s: %s and %s are both %s", m.Key, other, p.Name, MIGName(p.Name))
-			}
-			seen[MIGName(p.Name)] = p.Name
 		}
 	}
 }

@@ -147,12 +147,12 @@ func TestPlanJSON(t *testing.T) {
 		t.Errorf("mig-1g.10gb = %d, want 56 (8 GPUs x 7)", got)
 	}
 	g := po.Plan.GPUs[0]
-	if g.Ops[0].Kind != partition.OpEnableMIG || g.Ops[1].Kind != partition.OpResetGPU || len(g.Instances) != 7 {
+	if g.Ops[0].Kind != carvev1.OpEnableMIG || g.Ops[1].Kind != carvev1.OpResetGPU || len(g.Instances) != 7 {
 		t.Errorf("GPU 0 plan: %+v", g)
 	}
 
 	full := planJSON(t, "-f", example, "--profile", "full", "--gpus", "sim:dgx-h100")
-	if !full.Plan.NoOp() {
+	if !partition.NodePlanFromV1(full.Plan).NoOp() {
 		t.Errorf("full on a fresh machine is not a no-op")
 	}
 	if diff := cmp.Diff(map[string]int{"nvidia.com/gpu": 8}, full.Resources); diff != "" {
@@ -230,14 +230,14 @@ func TestPlanFromState(t *testing.T) {
 	before, _ := os.ReadFile(state)
 
 	same := planJSON(t, "-f", example, "--profile", "balanced", "--gpus", "sim:dgx-h100", "--from", state)
-	if !same.Plan.NoOp() {
+	if !partition.NodePlanFromV1(same.Plan).NoOp() {
 		t.Fatalf("re-planning the applied profile: %+v", same.Plan)
 	}
 	other := planJSON(t, "-f", example, "--profile", "all-1g", "--gpus", "sim:dgx-h100", "--from", state)
 	for _, g := range other.Plan.GPUs {
 		kept := 0
 		for _, in := range g.Instances {
-			if in.Status == partition.StatusKept {
+			if in.Status == carvev1.StatusKept {
 				kept++
 			}
 		}

@@ -77,17 +77,17 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	out := carvev1.PlanDocument{Profile: *profile, GPUs: *gpuSpec, Plan: plan, Resources: res.Counts(), NeedsReset: plan.NeedsReset()}
+	out := carvev1.PlanDocument{Profile: *profile, GPUs: *gpuSpec, Plan: partition.NodePlanToV1(plan), Resources: res.Counts(), NeedsReset: plan.NeedsReset()}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	if err := writePlanTable(stdout, out, node); err != nil {
+	if err := writePlanTable(stdout, out, plan, node); err != nil {
 		return err
 	}
 	var ops []partition.Op
-	for _, p := range out.Plan.GPUs {
+	for _, p := range plan.GPUs {
 		ops = append(ops, p.Ops...)
 	}
 	if !lat.IsZero() && len(ops) > 0 {
@@ -98,9 +98,9 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func writePlanTable(w io.Writer, out carvev1.PlanDocument, node partition.Node) error {
+func writePlanTable(w io.Writer, out carvev1.PlanDocument, plan partition.NodePlan, node partition.Node) error {
 	fmt.Fprintf(w, "Profile %q on %s (%s)\n", out.Profile, describeNode(node), out.GPUs)
-	for _, p := range out.Plan.GPUs {
+	for _, p := range plan.GPUs {
 		fmt.Fprintf(w, "\nGPU %d  %s  %s  MIG %s\n", p.Index, p.Model, p.UUID, modeChange(p))
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		if len(p.Instances) > 0 {

@@ -104,3 +104,16 @@ func TestDataFlowsOneWay(t *testing.T) {
 		t.Error("partition depends on go-nvml")
 	}
 }
+
+// TestAPIDependsOnNothingOfCarve: api/v1, its tests included, depends on
+// no other package of carve, so that a change to the planner's (or any
+// other) Go types cannot change a public or persisted format unnoticed.
+func TestAPIDependsOnNothingOfCarve(t *testing.T) {
+	for _, dep := range goList(t, "-deps", "-test", "./api/...") {
+		name, _, _ := strings.Cut(dep, " ")
+		name = strings.TrimSuffix(name, ".test")
+		if rest, ok := strings.CutPrefix(name, module); ok && !strings.HasPrefix(rest, "api/") {
+			t.Errorf("api/... depends on %s", dep)
+		}
+	}
+}
