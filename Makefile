@@ -6,6 +6,14 @@ GO       ?= go
 # end (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline.
 FUZZTIME ?= 10000x
 BIN      ?= bin
+# The release's version and commit, stamped into the binaries (make build,
+# make release) and naming the release artifacts.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The release's timestamps (image created, archive and chart file times):
+# HEAD's commit time, so that a commit always gives the same artifacts.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+DIST     ?= dist
 export CGO_ENABLED := 1
 # go-nvml's header marks some NVML calls deprecated; every cgo file that
 # includes it would print two screens of -Wdeprecated-declarations warnings.
@@ -21,7 +29,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
 GOFILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './_output/*')
 
-.PHONY: all build test lint unit fuzz e2e chaos bench microbench scale demo clean cluster-up cluster-down
+.PHONY: all build test lint unit fuzz e2e chaos bench microbench scale demo clean cluster-up cluster-down release release-check release-lock
 
 all: build
 
@@ -30,16 +38,17 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 ## lint: golangci-lint (.golangci.yml: go vet's checks and more, gofmt,
-##       goimports) on both modules, carve-agent also with its test-hook
+##       goimports) on the three modules (main, test/, release/), carve-agent also with its test-hook
 ##       build tag, and gofmt on every Go file whatever its build tags
 lint: $(GOLANGCI_LINT)
 	@out="$$(gofmt -l $(GOFILES))"; if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) config verify --config $(CURDIR)/.golangci.yml
-	@# Both modules, even when the first has findings; then fail if either had.
+	@# Every module, even when an earlier one has findings; then fail if any had.
 	@rc=0; \
 	echo "$(GOLANGCI_LINT) run ./..."; $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./... || rc=1; \
 	echo "$(GOLANGCI_LINT) run --build-tags carve_testhooks ./cmd/carve-agent/"; $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml --build-tags carve_testhooks ./cmd/carve-agent/ || rc=1; \
 	echo "cd test && $(GOLANGCI_LINT) run ./..."; (cd test && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || rc=1; \
+	echo "cd release && $(GOLANGCI_LINT) run ./..."; (cd release && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...) || rc=1; \
 	exit $$rc
 
 $(GOLANGCI_LINT):
@@ -51,10 +60,12 @@ $(GOLANGCI_LINT):
 	@rmdir $(TOOLS)/.install
 
 ## unit: unit and integration tests of the main module, race detector on;
-##       carve-agent's test hooks again with the build tag that compiles them
+##       carve-agent's test hooks again with the build tag that compiles them;
+##       the release module's unit tests
 unit:
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags carve_testhooks ./cmd/carve-agent/
+	cd release && $(GO) test -race -count=1 ./...
 
 ## fuzz: each fuzz target of the main module (func FuzzX in a _test.go file)
 ##       for a fixed number of inputs (FUZZTIME, e.g. FUZZTIME=200000x)
@@ -94,7 +105,31 @@ chaos:
 	if [ $$rc = 0 ]; then rm -rf "$$out"; else echo "make chaos: failed; the records are in $$out" >&2; fi; exit $$rc
 
 ## test: everything CI runs
-test: lint unit fuzz e2e
+test: lint unit fuzz release-check e2e
+
+## release: the release into $(DIST)/ (docs/release.md): the agent image
+##          for linux/amd64 and linux/arm64 as an OCI layout archive,
+##          carvectl for linux and darwin, the chart, SBOMs, SHA256SUMS;
+##          runs the arm64 image's programs under qemu. Needs mmdebstrap,
+##          apt-utils, gcc-aarch64-linux-gnu, libc6-dev-arm64-cross,
+##          qemu-user-static. VERSION, REVISION, SOURCE_DATE_EPOCH override.
+release: $(BIN)/carve-release
+	$(BIN)/carve-release build --full --dist $(DIST) --version $(VERSION) --revision $(REVISION) --source-date-epoch $(SOURCE_DATE_EPOCH)
+
+## release-check: the quick release (linux/amd64 image and carvectl, chart,
+##                SBOMs, sums) into $(DIST)/, built twice, the second time
+##                from a copy of the source elsewhere: fails unless both
+##                SHA256SUMS are the same
+release-check: $(BIN)/carve-release
+	$(BIN)/carve-release check --dist $(DIST) --version $(VERSION) --revision $(REVISION) --source-date-epoch $(SOURCE_DATE_EPOCH)
+
+## release-lock: pin the newest Debian packages of the image base
+##               (release/base.lock.json); commit the result
+release-lock: $(BIN)/carve-release
+	$(BIN)/carve-release lock
+
+$(BIN)/carve-release: FORCE
+	cd release && $(GO) build -ldflags "-X main.version=$(VERSION)" -o ../$(BIN)/carve-release ./cmd/carve-release
 
 ## bench: every headline figure beside its baseline, in one run, rewriting
 ##        docs/benchmarks.md: Allocate against the kubelet's stub device
@@ -142,6 +177,7 @@ cluster-down: $(BIN)/carve-cluster
 
 FORCE:
 
-## clean: remove what build, demo and cluster-up built; keep the tools
+## clean: remove what build, release, demo and cluster-up built; keep the
+##        tools (and the release's cache of Debian bases)
 clean:
-	rm -rf $(filter-out $(TOOLS),$(abspath $(wildcard $(BIN)/*)))
+	rm -rf $(filter-out $(TOOLS),$(abspath $(wildcard $(BIN)/*))) $(DIST)

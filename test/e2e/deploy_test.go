@@ -267,8 +267,8 @@ func checkDaemonSet(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Fatalf("DaemonSet has %d containers, want 1", len(pod.Containers))
 	}
 	ctr := pod.Containers[0]
-	if ctr.Image != "carve-agent:latest" {
-		t.Errorf("image %q, want carve-agent:latest (the kustomization's images: entry)", ctr.Image)
+	if want := "ghcr.io/carve-dev/carve-agent:v0.1.0"; ctr.Image != want {
+		t.Errorf("image %q, want %s (the kustomization's images: entry)", ctr.Image, want)
 	}
 	if pod.ServiceAccountName != deploySA || pod.PriorityClassName != "system-node-critical" {
 		t.Errorf("serviceAccountName %q priorityClassName %q", pod.ServiceAccountName, pod.PriorityClassName)
