@@ -4,10 +4,10 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +19,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // BusyboxImage is the image every cluster has without a registry: a static
@@ -85,16 +91,20 @@ func EnsureImage(ctx context.Context, cacheDir, busybox string) error {
 	return err
 }
 
+// imageRecipe names the way the busybox image is assembled; a cached image
+// made another way has another name, so it is built anew.
+const imageRecipe = "ggcr1"
+
 // ensureImage returns the path of the image tarball for busybox in cacheDir,
 // building it when missing. The file name carries the digest of the busybox
-// binary, so a changed busybox makes a new image.
+// binary and imageRecipe, so a changed busybox or recipe makes a new image.
 func ensureImage(ctx context.Context, cacheDir, busybox string) (string, error) {
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
 		return "", fmt.Errorf("read busybox: %w", err)
 	}
 	sum := sha256.Sum256(bb)
-	path := filepath.Join(cacheDir, "images", fmt.Sprintf("busybox-%s-%s.tar", runtime.GOARCH, hex.EncodeToString(sum[:8])))
+	path := filepath.Join(cacheDir, "images", fmt.Sprintf("busybox-%s-%s-%s.tar", imageRecipe, runtime.GOARCH, hex.EncodeToString(sum[:8])))
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
@@ -176,94 +186,65 @@ func dockerArchive(img Image) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// writeDockerArchive writes img in the format `docker save` writes and
-// `ctr images import` reads: manifest.json, an image config and one
-// uncompressed layer. The same image always gives the same bytes.
+// writeDockerArchive writes img, assembled by go-containerregistry, in the
+// format `docker save` writes and `ctr images import` reads. The same image
+// always gives the same bytes.
 func writeDockerArchive(w io.Writer, img Image) error {
 	if img.Name == "" {
 		return errors.New("image has no name")
 	}
-	layer, err := rootfsLayer(img.Files)
+	ref, err := name.NewTag(img.Name)
 	if err != nil {
 		return fmt.Errorf("image %s: %w", img.Name, err)
 	}
-	layerSum := sha256.Sum256(layer)
-	layerHex := hex.EncodeToString(layerSum[:])
-
-	type imageConfig struct {
-		Env        []string `json:"Env"`
-		Entrypoint []string `json:"Entrypoint,omitempty"`
-		Cmd        []string `json:"Cmd,omitempty"`
-		WorkingDir string   `json:"WorkingDir"`
-	}
-	type history struct {
-		Created   time.Time `json:"created"`
-		CreatedBy string    `json:"created_by"`
-	}
-	env := img.Env
-	if len(env) == 0 {
-		env = []string{defaultImagePath}
-	}
-	createdBy := img.CreatedBy
-	if createdBy == "" {
-		createdBy = "carve test/cluster"
-	}
-	config := struct {
-		Architecture string      `json:"architecture"`
-		OS           string      `json:"os"`
-		Created      time.Time   `json:"created"`
-		Config       imageConfig `json:"config"`
-		RootFS       struct {
-			Type    string   `json:"type"`
-			DiffIDs []string `json:"diff_ids"`
-		} `json:"rootfs"`
-		History []history `json:"history"`
-	}{
-		Architecture: runtime.GOARCH,
-		OS:           "linux",
-		Created:      epoch(),
-		Config:       imageConfig{Env: env, Entrypoint: img.Entrypoint, Cmd: img.Cmd, WorkingDir: "/"},
-		History:      []history{{Created: epoch(), CreatedBy: createdBy}},
-	}
-	config.RootFS.Type = "layers"
-	config.RootFS.DiffIDs = []string{"sha256:" + layerHex}
-	configJSON, err := json.Marshal(config)
+	built, err := img.build()
 	if err != nil {
-		return fmt.Errorf("encode config of image %s: %w", img.Name, err)
+		return fmt.Errorf("image %s: %w", img.Name, err)
 	}
-	configSum := sha256.Sum256(configJSON)
-	configName := hex.EncodeToString(configSum[:]) + ".json"
-	layerName := layerHex + "/layer.tar"
-	manifest, err := json.Marshal([]map[string]any{{
-		"Config":   configName,
-		"RepoTags": []string{img.Name},
-		"Layers":   []string{layerName},
-	}})
-	if err != nil {
-		return fmt.Errorf("encode manifest of image %s: %w", img.Name, err)
-	}
-
-	tw := tar.NewWriter(w)
-	entries := []struct {
-		name string
-		data []byte
-	}{
-		{layerName, layer},
-		{configName, configJSON},
-		{"manifest.json", manifest},
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: layerHex + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: epoch()}); err != nil {
-		return fmt.Errorf("write archive of image %s: %w", img.Name, err)
-	}
-	for _, e := range entries {
-		if err := writeTarFile(tw, e.name, 0o644, e.data); err != nil {
-			return fmt.Errorf("write archive of image %s: %w", img.Name, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
+	if err := tarball.Write(ref, built, w); err != nil {
 		return fmt.Errorf("write archive of image %s: %w", img.Name, err)
 	}
 	return nil
+}
+
+// build assembles img: one layer of its files and a config that says how
+// to run it, everything dated epoch().
+func (img Image) build() (v1.Image, error) {
+	data, err := rootfsLayer(img.Files)
+	if err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	createdBy := cmp.Or(img.CreatedBy, "carve test/cluster")
+	built, err := mutate.Append(empty.Image, mutate.Addendum{
+		Layer:   layer,
+		History: v1.History{Created: v1.Time{Time: epoch()}, CreatedBy: createdBy},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	cf, err := built.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
+	cf.Created = v1.Time{Time: epoch()}
+	cf.Config.Env = img.Env
+	if len(cf.Config.Env) == 0 {
+		cf.Config.Env = []string{defaultImagePath}
+	}
+	cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.WorkingDir = img.Entrypoint, img.Cmd, "/"
+	built, err = mutate.ConfigFile(built, cf)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return built, nil
 }
 
 // rootfsLayer builds an image's layer: the files in order, each preceded by
@@ -339,86 +320,7 @@ func writeTarFile(tw *tar.Writer, name string, mode int64, data []byte) error {
 	return nil
 }
 
-// ExecutableFiles returns what an image needs to run the program at
-// program: the program itself at imagePath (mode 0755), and, when it is
-// dynamically linked, every shared library and the dynamic loader that
-// `ldd` lists, at the same paths as on this machine (symbolic links
-// followed, so each is a regular file). Nothing else: no shell, no /etc.
-func ExecutableFiles(ctx context.Context, program, imagePath string) ([]ImageFile, error) {
-	data, err := os.ReadFile(program)
-	if err != nil {
-		return nil, fmt.Errorf("image files of %s: %w", program, err)
-	}
-	files := []ImageFile{{Path: imagePath, Mode: 0o755, Data: data}}
-	ldd, err := exec.LookPath("ldd")
-	if err != nil {
-		return nil, fmt.Errorf("image files of %s: %w", program, err)
-	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, ldd, program)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	text := string(out) + stderr.String()
-	if strings.Contains(text, "not a dynamic executable") || strings.Contains(text, "statically linked") {
-		return files, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("image files of %s: ldd: %w: %s", program, err, strings.TrimSpace(text))
-	}
-	libs, err := parseLdd(string(out))
-	if err != nil {
-		return nil, fmt.Errorf("image files of %s: %w", program, err)
-	}
-	for _, lib := range libs {
-		data, err := os.ReadFile(lib)
-		if err != nil {
-			return nil, fmt.Errorf("image files of %s: %w", program, err)
-		}
-		st, err := os.Stat(lib)
-		if err != nil {
-			return nil, fmt.Errorf("image files of %s: %w", program, err)
-		}
-		files = append(files, ImageFile{Path: lib, Mode: int64(st.Mode().Perm()), Data: data})
-	}
-	return files, nil
-}
-
-// parseLdd returns the absolute paths in ldd's output, in order and once
-// each: "libc.so.6 => /lib/.../libc.so.6 (0x...)" gives the library,
-// "/lib64/ld-linux-x86-64.so.2 (0x...)" the loader; the vDSO, which has no
-// file, is left out. A library ldd cannot find is an error.
-func parseLdd(out string) ([]string, error) {
-	var paths []string
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		p := line
-		if name, target, ok := strings.Cut(line, "=>"); ok {
-			p = strings.TrimSpace(target)
-			if strings.HasPrefix(p, "not found") {
-				return nil, fmt.Errorf("ldd: library %s not found", strings.TrimSpace(name))
-			}
-		}
-		if f := strings.Fields(p); len(f) > 0 && strings.HasPrefix(f[0], "/") && !seen[f[0]] {
-			seen[f[0]] = true
-			paths = append(paths, f[0])
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read ldd output: %w", err)
-	}
-	return paths, nil
-}
-
-// ImportImage builds img and imports it into the cluster's containerd
-// (namespace k8s.io), replacing any image of that name, then waits until
-// the CRI plugin, and so the kubelet, sees it. No registry or container
-// engine is involved: pods must use the image with imagePullPolicy: Never.
-// The image stays until the cluster stops.
+// ImportImage builds img and imports it as ImportArchive does.
 func (c *Cluster) ImportImage(ctx context.Context, img Image) error {
 	f, err := os.CreateTemp(c.p.root, "image-*.tar")
 	if err != nil {
@@ -436,7 +338,17 @@ func (c *Cluster) ImportImage(ctx context.Context, img Image) error {
 	if err != nil {
 		return fmt.Errorf("import image %s: %w", img.Name, err)
 	}
-	if err := importArchive(ctx, c.ctrd.Ctr, c.p.containerdSocket, f.Name(), img.Name); err != nil {
+	return c.ImportArchive(ctx, f.Name(), img.Name)
+}
+
+// ImportArchive imports the image archive at path (a docker archive, or an
+// OCI layout archive such as the release's, whose index names the image) into
+// the cluster's containerd (namespace k8s.io), replacing any image of that
+// name, then waits until the CRI plugin, and so the kubelet, sees ref. No
+// registry or container engine is involved: pods must use the image with
+// imagePullPolicy: Never. The image stays until the cluster stops.
+func (c *Cluster) ImportArchive(ctx context.Context, path, ref string) error {
+	if err := importArchive(ctx, c.ctrd.Ctr, c.p.containerdSocket, path, ref); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -445,8 +357,8 @@ func (c *Cluster) ImportImage(ctx context.Context, img Image) error {
 	if p := c.proc(compContainerd); p.running() {
 		watch = append(watch, p)
 	}
-	return c.waitFor(ctx, "the CRI plugin to see "+img.Name, watch, func(ctx context.Context) error {
-		return criHasImage(ctx, c.p.containerdSocket, img.Name)
+	return c.waitFor(ctx, "the CRI plugin to see "+ref, watch, func(ctx context.Context) error {
+		return criHasImage(ctx, c.p.containerdSocket, ref)
 	})
 }
 

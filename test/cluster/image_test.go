@@ -5,45 +5,47 @@ package cluster
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
-	"os"
-	"os/exec"
 	"runtime"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// archiveManifest is one entry of a docker archive's manifest.json.
-type archiveManifest struct {
-	Config   string
-	RepoTags []string
-	Layers   []string
-}
-
-// readManifest decodes manifest.json of an archive's files.
-func readManifest(t *testing.T, files map[string][]byte) []archiveManifest {
+// readArchive reads back the image named ref from a docker archive, with
+// its config and the headers and contents of its one layer, in order.
+func readArchive(t *testing.T, archive []byte, ref string) (*v1.ConfigFile, []*tar.Header, map[string][]byte) {
 	t.Helper()
-	var m []archiveManifest
-	if err := json.Unmarshal(files["manifest.json"], &m); err != nil {
-		t.Fatalf("manifest.json: %v", err)
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return m
-}
-
-// readTar returns the headers and contents of a tar archive by name, and
-// the names in order.
-func readTar(t *testing.T, data []byte) (map[string]*tar.Header, map[string][]byte, []string) {
-	t.Helper()
-	hdrs, files := map[string]*tar.Header{}, map[string][]byte{}
-	var order []string
-	tr := tar.NewReader(bytes.NewReader(data))
+	img, err := tarball.Image(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(archive)), nil }, &tag)
+	if err != nil {
+		t.Fatalf("read the archive as image %s: %v", ref, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers %d, err %v; want one", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var hdrs []*tar.Header
+	data := map[string][]byte{}
+	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -56,10 +58,9 @@ func readTar(t *testing.T, data []byte) (map[string]*tar.Header, map[string][]by
 		if err != nil {
 			t.Fatal(err)
 		}
-		hdrs[h.Name], files[h.Name] = h, b
-		order = append(order, h.Name)
+		hdrs, data[h.Name] = append(hdrs, h), b
 	}
-	return hdrs, files, order
+	return cf, hdrs, data
 }
 
 // TestBusyboxArchiveUnchanged pins the bytes of the busybox image archive,
@@ -74,9 +75,37 @@ func TestBusyboxArchiveUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(archive)
-	const want = "c3ca9d45785a6f4434777766a89e06370253e32e7df3fe9f70b81d23e669b808"
+	const want = "7ac8f040853a0f5dc412a7967bedeaea181b64c6ec89a0ddbbd82e99c6e082d4"
 	if got := hex.EncodeToString(sum[:]); got != want {
 		t.Errorf("busybox image archive digest %s, want %s", got, want)
+	}
+}
+
+func TestBusyboxArchive(t *testing.T) {
+	archive, err := dockerArchive(busyboxImage([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, hdrs, _ := readArchive(t, archive, BusyboxImage)
+	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH || len(cf.Config.Cmd) == 0 {
+		t.Errorf("config: os %q arch %q cmd %q", cf.OS, cf.Architecture, cf.Config.Cmd)
+	}
+	entries := map[string]*tar.Header{}
+	for _, h := range hdrs {
+		entries[h.Name] = h
+	}
+	if h := entries["bin/busybox"]; h == nil || h.Mode&0o111 == 0 {
+		t.Errorf("bin/busybox missing or not executable: %+v", h)
+	}
+	for _, a := range []string{"sh", "sleep", "cat"} {
+		if h := entries["bin/"+a]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "busybox" {
+			t.Errorf("bin/%s is not a symlink to busybox: %+v", a, h)
+		}
+	}
+	for _, d := range []string{"dev/", "proc/", "sys/", "tmp/", "etc/"} {
+		if entries[d] == nil {
+			t.Errorf("layer lacks %s", d)
+		}
 	}
 }
 
@@ -96,32 +125,20 @@ func TestImageArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, files, _ := readTar(t, archive)
-	manifest := readManifest(t, files)
-	if len(manifest) != 1 || !slices.Equal(manifest[0].RepoTags, []string{img.Name}) || len(manifest[0].Layers) != 1 {
-		t.Fatalf("manifest = %+v", manifest)
+	cf, hdrs, data := readArchive(t, archive, img.Name)
+	c := cf.Config
+	if !slices.Equal(c.Entrypoint, img.Entrypoint) || !slices.Equal(c.Cmd, img.Cmd) ||
+		!slices.Equal(c.Env, []string{defaultImagePath}) || c.WorkingDir != "/" {
+		t.Errorf("config = %+v", c)
 	}
-	var config struct {
-		Config struct {
-			Env, Entrypoint, Cmd []string
-			WorkingDir           string
-		}
-		History []struct {
-			CreatedBy string `json:"created_by"`
-		}
+	if len(cf.History) != 1 || cf.History[0].CreatedBy != "carve test/cluster" || !cf.Created.Equal(epoch()) {
+		t.Errorf("history = %+v, created %v", cf.History, cf.Created)
 	}
-	if err := json.Unmarshal(files[manifest[0].Config], &config); err != nil {
-		t.Fatal(err)
+	var order []string
+	byName := map[string]*tar.Header{}
+	for _, h := range hdrs {
+		order, byName[h.Name] = append(order, h.Name), h
 	}
-	if !slices.Equal(config.Config.Entrypoint, img.Entrypoint) || !slices.Equal(config.Config.Cmd, img.Cmd) ||
-		!slices.Equal(config.Config.Env, []string{defaultImagePath}) || config.Config.WorkingDir != "/" {
-		t.Errorf("config = %+v", config.Config)
-	}
-	if len(config.History) != 1 || config.History[0].CreatedBy != "carve test/cluster" {
-		t.Errorf("history = %+v", config.History)
-	}
-
-	hdrs, data, order := readTar(t, files[manifest[0].Layers[0]])
 	want := []string{
 		"usr/", "usr/local/", "usr/local/bin/", "usr/local/bin/x",
 		"lib/", "lib/x86_64-linux-gnu/", "lib/x86_64-linux-gnu/libc.so.6",
@@ -140,11 +157,11 @@ func TestImageArchive(t *testing.T) {
 		"lib64/ld.so":                    {tar.TypeSymlink, 0o777},
 		"tmp/":                           {tar.TypeDir, 0o1777},
 	} {
-		if h := hdrs[name]; h.Typeflag != w.typ || h.Mode != w.mode {
+		if h := byName[name]; h.Typeflag != w.typ || h.Mode != w.mode {
 			t.Errorf("%s: type %c mode %o, want %c %o", name, h.Typeflag, h.Mode, w.typ, w.mode)
 		}
 	}
-	if string(data["usr/local/bin/x"]) != "prog" || hdrs["lib64/ld.so"].Linkname != "/lib/x86_64-linux-gnu/ld.so" {
+	if string(data["usr/local/bin/x"]) != "prog" || byName["lib64/ld.so"].Linkname != "/lib/x86_64-linux-gnu/ld.so" {
 		t.Error("file content or link target lost")
 	}
 
@@ -160,6 +177,7 @@ func TestImageArchive(t *testing.T) {
 func TestImageArchiveRejects(t *testing.T) {
 	for name, img := range map[string]Image{
 		"no name":   {Files: []ImageFile{{Path: "a"}}},
+		"bad name":  {Name: "UPPER/case:x", Files: []ImageFile{{Path: "a"}}},
 		"twice":     {Name: "x", Files: []ImageFile{{Path: "/a/b"}, {Path: "a/b"}}},
 		"a dir too": {Name: "x", Files: []ImageFile{{Path: "a/b"}, {Path: "a", Dir: true}}},
 		"the root":  {Name: "x", Files: []ImageFile{{Path: "/", Dir: true}}},
@@ -167,75 +185,5 @@ func TestImageArchiveRejects(t *testing.T) {
 		if _, err := dockerArchive(img); err == nil {
 			t.Errorf("%s: no error", name)
 		}
-	}
-}
-
-func TestParseLdd(t *testing.T) {
-	out := `	linux-vdso.so.1 (0x00007ffd0b5f5000)
-	libresolv.so.2 => /lib/x86_64-linux-gnu/libresolv.so.2 (0x00007f0c1d2a0000)
-	libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f0c1d0bf000)
-	/lib64/ld-linux-x86-64.so.2 (0x00007f0c1d2c7000)
-	libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f0c1d0bf000)
-`
-	got, err := parseLdd(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"/lib/x86_64-linux-gnu/libresolv.so.2", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"}
-	if !slices.Equal(got, want) {
-		t.Errorf("parseLdd = %q, want %q", got, want)
-	}
-	if _, err := parseLdd("\tlibnvidia-ml.so.1 => not found\n"); err == nil || !strings.Contains(err.Error(), "libnvidia-ml.so.1") {
-		t.Errorf("a missing library: err %v", err)
-	}
-}
-
-// TestExecutableFiles runs ldd on this machine's /bin/sh: the image gets
-// the program where asked and the ELF interpreter the program names.
-func TestExecutableFiles(t *testing.T) {
-	if _, err := exec.LookPath("ldd"); err != nil {
-		t.Skip("no ldd here")
-	}
-	f, err := elf.Open("/bin/sh")
-	if err != nil {
-		t.Skipf("no ELF /bin/sh: %v", err)
-	}
-	interp := ""
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			b, err := io.ReadAll(p.Open())
-			if err != nil {
-				t.Fatal(err)
-			}
-			interp = strings.TrimRight(string(b), "\x00")
-		}
-	}
-	f.Close()
-	if interp == "" {
-		t.Skip("/bin/sh is statically linked")
-	}
-	files, err := ExecutableFiles(context.Background(), "/bin/sh", "/usr/local/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh, err := os.ReadFile("/bin/sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if files[0].Path != "/usr/local/bin/sh" || files[0].Mode != 0o755 || !bytes.Equal(files[0].Data, sh) {
-		t.Errorf("first file %s mode %o, want the program at /usr/local/bin/sh", files[0].Path, files[0].Mode)
-	}
-	var paths []string
-	for _, f := range files[1:] {
-		paths = append(paths, f.Path)
-		if len(f.Data) == 0 {
-			t.Errorf("%s is empty", f.Path)
-		}
-	}
-	if !slices.Contains(paths, interp) {
-		t.Errorf("files %q lack the interpreter %s", paths, interp)
-	}
-	if _, err := dockerArchive(Image{Name: "sh", Files: files}); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -4,14 +4,8 @@ package cluster
 // everywhere, also where TestCluster skips.
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,75 +14,6 @@ import (
 
 	"sigs.k8s.io/yaml"
 )
-
-func TestDockerArchive(t *testing.T) {
-	archive, err := dockerArchive(busyboxImage([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, files, _ := readTar(t, archive)
-	manifest := readManifest(t, files)
-	if len(manifest) != 1 || len(manifest[0].RepoTags) != 1 || manifest[0].RepoTags[0] != BusyboxImage || len(manifest[0].Layers) != 1 {
-		t.Fatalf("manifest = %+v", manifest)
-	}
-	var config struct {
-		Architecture string
-		OS           string
-		Config       struct{ Cmd []string }
-		RootFS       struct {
-			DiffIDs []string `json:"diff_ids"`
-		} `json:"rootfs"`
-	}
-	if err := json.Unmarshal(files[manifest[0].Config], &config); err != nil {
-		t.Fatalf("config %s: %v", manifest[0].Config, err)
-	}
-	cfgSum := sha256.Sum256(files[manifest[0].Config])
-	if want := hex.EncodeToString(cfgSum[:]) + ".json"; manifest[0].Config != want {
-		t.Errorf("config file %s, want its digest %s", manifest[0].Config, want)
-	}
-	layer := files[manifest[0].Layers[0]]
-	sum := sha256.Sum256(layer)
-	if len(config.RootFS.DiffIDs) != 1 || config.RootFS.DiffIDs[0] != "sha256:"+hex.EncodeToString(sum[:]) {
-		t.Errorf("diff_ids %v do not match the layer digest %x", config.RootFS.DiffIDs, sum)
-	}
-	if config.OS != "linux" || config.Architecture == "" || len(config.Config.Cmd) == 0 {
-		t.Errorf("config = %+v", config)
-	}
-
-	entries := map[string]*tar.Header{}
-	lr := tar.NewReader(bytes.NewReader(layer))
-	for {
-		h, err := lr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries[h.Name] = h
-	}
-	if h := entries["bin/busybox"]; h == nil || h.Mode&0o111 == 0 {
-		t.Errorf("bin/busybox missing or not executable: %+v", h)
-	}
-	for _, a := range []string{"sh", "sleep", "cat"} {
-		if h := entries["bin/"+a]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "busybox" {
-			t.Errorf("bin/%s is not a symlink to busybox: %+v", a, h)
-		}
-	}
-	for _, d := range []string{"dev/", "proc/", "sys/", "tmp/", "etc/"} {
-		if entries[d] == nil {
-			t.Errorf("layer lacks %s", d)
-		}
-	}
-
-	again, err := dockerArchive(busyboxImage([]byte("#!fake busybox"), []string{"sh", "sleep", "cat"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(archive, again) {
-		t.Error("the archive is not reproducible")
-	}
-}
 
 func TestLockSerializesAndRecordsHolder(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lock")

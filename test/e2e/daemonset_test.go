@@ -28,12 +28,15 @@ import (
 )
 
 const (
-	// agentImage is the carve-agent image the test builds and imports; it
-	// exists in the cluster's containerd only (imagePullPolicy: Never).
-	agentImage = "carve.dev/carve-agent:e2e"
-	// agentEntrypoint is where the image has carve-agent, as the
-	// Dockerfile's ENTRYPOINT: the DaemonSet gives only args.
-	agentEntrypoint = "/usr/local/bin/carve-agent"
+	// agentVersion is the version the e2e agent image is stamped with and
+	// tagged as.
+	agentVersion = "v0.0.0-e2e"
+	// agentImage is the carve-agent image the test builds as make release
+	// does and imports; it exists in the cluster's containerd only
+	// (imagePullPolicy: Never).
+	agentImage = agentRepository + ":" + agentVersion
+	// agentRepository is agentImage's name without its tag.
+	agentRepository = "carve.dev/carve-agent"
 	// gpuPresent is the label the DaemonSet's nodeSelector asks for.
 	gpuPresent = "nvidia.com/gpu.present"
 	// agentPods selects the DaemonSet's pods.
@@ -153,28 +156,6 @@ func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 			t.Errorf("container statuses %+v, want one Ready container never restarted", p.Status.ContainerStatuses)
 		}
 	})
-}
-
-// importAgentImage builds carve-agent and imports an image of it, holding
-// the binary, the shared libraries ldd lists and the dynamic loader.
-func importAgentImage(ctx context.Context, t *testing.T, c *cluster.Cluster) {
-	t.Helper()
-	root, err := harness.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := harness.BuildAgent(ctx, root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := cluster.ExecutableFiles(ctx, bin, agentEntrypoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img := cluster.Image{Name: agentImage, Files: files, Entrypoint: []string{agentEntrypoint}, CreatedBy: "carve test/e2e: carve-agent"}
-	if err := c.ImportImage(ctx, img); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // freePort returns a TCP port on 127.0.0.1 that nothing listens on now.
