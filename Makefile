@@ -6,6 +6,12 @@ GO       ?= go
 # end (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline.
 FUZZTIME ?= 10000x
 BIN      ?= bin
+# The version and source commit `make build` stamps into the binaries
+# (internal/buildinfo; carve-agent --version, carvectl version): the tag
+# git describe finds (with -N-gSHA after it, -dirty for a modified tree),
+# else devel; the commit, else unknown (a tree without git).
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 export CGO_ENABLED := 1
 # go-nvml's header marks some NVML calls deprecated; every cgo file that
 # includes it would print two screens of -Wdeprecated-declarations warnings.
@@ -25,9 +31,10 @@ GOFILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './_output
 
 all: build
 
-## build: compile carve-agent and carvectl into ./bin
+## build: compile carve-agent, carvectl and carve-probe into ./bin, stamped
+##        with VERSION and REVISION (e.g. make build VERSION=v1.2.3)
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -ldflags "-X github.com/carve-dev/carve/internal/buildinfo.version=$(VERSION) -X github.com/carve-dev/carve/internal/buildinfo.revision=$(REVISION)" -o $(BIN)/ ./cmd/...
 
 ## lint: golangci-lint (.golangci.yml: go vet's checks and more, gofmt,
 ##       goimports) on both modules, carve-agent also with its test-hook

@@ -33,6 +33,8 @@ type NodeRecord struct {
 	Generation int64 `json:"generation"`
 	// LastTransition is when the content last changed, RFC 3339 in UTC.
 	LastTransition string `json:"lastTransition"`
+	// AgentVersion is the version of the carve-agent that wrote the record (carve-agent --version), so that a fleet in the middle of an upgrade shows both.
+	AgentVersion string `json:"agentVersion,omitempty"`
 	// LastError is the error of the last reconcile, "" when it succeeded.
 	LastError string `json:"lastError,omitempty"`
 	// Waiting says what a pending node waits for (a maintenance window, a
