@@ -33,9 +33,10 @@ GOFILES = $(shell find . -name '*.go' -not -path './bin/*' -not -path './_output
 
 all: build
 
-## build: compile carve-agent and carvectl into ./bin
+## build: compile carve-agent, carvectl and carve-probe into ./bin, stamped
+##        with VERSION and REVISION (e.g. make build VERSION=v1.2.3)
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -ldflags "-X github.com/carve-dev/carve/internal/buildinfo.version=$(VERSION) -X github.com/carve-dev/carve/internal/buildinfo.revision=$(REVISION)" -o $(BIN)/ ./cmd/...
 
 ## lint: golangci-lint (.golangci.yml: go vet's checks and more, gofmt,
 ##       goimports) on the three modules (main, test/, release/), carve-agent also with its test-hook

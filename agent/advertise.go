@@ -98,8 +98,8 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 		pinLabel = p.in.Config.PinLabel()
 	}
 	rec := carvev1.NodeRecord{
-		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, LastError: lastErr, Waiting: p.waitReason,
-		Change: p.r.change,
+		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, AgentVersion: p.r.AgentVersion,
+		LastError: lastErr, Waiting: p.waitReason, Change: p.r.change,
 		GPUs:   p.markWithheld(GPURecords(p.node.GPUs, res, p.sharing)),
 		Labels: slices.Sorted(maps.Keys(labels)),
 	}

@@ -29,7 +29,7 @@ func (p *pass) beginChange() (bool, error) {
 	if p.in.Previous != nil {
 		next = *p.in.Previous
 	}
-	next.Change = change
+	next.Change, next.AgentVersion = change, r.AgentVersion
 	rec := carvev1.Next(p.in.Previous, next, p.in.Now)
 	if err := r.Hooks.RecordChange(p.ctx, rec); err != nil {
 		p.holdBackAll()

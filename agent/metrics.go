@@ -11,6 +11,7 @@ import (
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/plugin"
 	"github.com/carve-dev/carve/timeslice"
 )
@@ -41,6 +42,7 @@ type Metrics struct {
 	halted        prometheus.Gauge
 	drainDeadline prometheus.Gauge
 	stuck         *prometheus.GaugeVec
+	buildInfo     *prometheus.GaugeVec
 	live          *liveCollector
 
 	// The series last set, so that the next reconcile deletes only those
@@ -51,10 +53,11 @@ type Metrics struct {
 	lastStuck     [][2]string
 }
 
-// NewMetrics creates the metrics and registers them on reg. Series whose
-// labels are known in advance (every state, every reconcile result) start
-// at 0, so that rate() and alerts work from the first scrape.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+// NewMetrics creates the metrics and registers them on reg; build is the
+// agent's, for carve_agent_build_info. Series whose labels are known in
+// advance (every state, every reconcile result) start at 0, so that rate()
+// and alerts work from the first scrape.
+func NewMetrics(reg prometheus.Registerer, build buildinfo.Info) (*Metrics, error) {
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
@@ -88,9 +91,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "carve_agent_rollout_slot_stuck_seconds",
 			Help: "For each rollout slot this agent found stuck when it last asked for one (expired, while its holder's node still records a change in progress, so it is not taken over), the seconds since the slot expired; no series while none is.",
 		}, []string{"slot", "holder"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "carve_agent_build_info",
+			Help: "Always 1; its labels are the agent's build: version, revision (source commit) and go_version.",
+		}, []string{"version", "revision", "go_version"}),
 		live: newLiveCollector(),
 	}
-	for _, c := range []prometheus.Collector{m.reconciles, m.applyDuration, m.devices, m.state, m.profile, m.slotHeld, m.waiting, m.halted, m.drainDeadline, m.stuck, m.live} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.applyDuration, m.devices, m.state, m.profile, m.slotHeld, m.waiting, m.halted, m.drainDeadline, m.stuck, m.buildInfo, m.live} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register agent metrics: %w", err)
 		}
@@ -99,6 +106,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.reconciles.WithLabelValues(r)
 	}
 	m.setState("")
+	m.buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
 	return m, nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/plugin"
@@ -81,11 +82,16 @@ func stateSeries(state string) map[string]float64 {
 	return out
 }
 
+// testBuild is the agent build newTestMetrics exports.
+func testBuild() buildinfo.Info {
+	return buildinfo.Info{Version: "v1.2.3", Revision: "0123abc", GoVersion: "go1.26.8"}
+}
+
 // newTestMetrics registers Metrics on a fresh registry.
 func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
+	m, err := NewMetrics(reg, testBuild())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +99,11 @@ func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 }
 
 // Before any reconcile every series whose labels are known exists at 0;
-// the agent is not ready and nothing is advertised.
+// the agent is not ready and nothing is advertised. The build info is 1,
+// its labels the build's.
 func TestMetricsInitialSeries(t *testing.T) {
 	m, reg := newTestMetrics(t)
-	if _, err := NewMetrics(reg); err == nil {
+	if _, err := NewMetrics(reg, testBuild()); err == nil {
 		t.Fatal("registering twice succeeded")
 	}
 	want := stateSeries("")
@@ -110,6 +117,7 @@ func TestMetricsInitialSeries(t *testing.T) {
 		"carve_agent_rollout_halted":                   0,
 		"carve_agent_drain_deadline_timestamp_seconds": 0,
 		"carve_agent_ready":                            0,
+		`carve_agent_build_info{go_version="go1.26.8",revision="0123abc",version="v1.2.3"}`: 1,
 	})
 	if diff := cmp.Diff(want, scrape(t, reg, "carve_")); diff != "" {
 		t.Errorf("series before any reconcile (-want +got):\n%s", diff)
@@ -388,7 +396,7 @@ func TestNewExportsMetrics(t *testing.T) {
 		}
 	}
 	want := []string{
-		"carve_agent_apply_duration_seconds", "carve_agent_devices_advertised", "carve_agent_devices_unhealthy",
+		"carve_agent_apply_duration_seconds", "carve_agent_build_info", "carve_agent_devices_advertised", "carve_agent_devices_unhealthy",
 		"carve_agent_drain_deadline_timestamp_seconds", "carve_agent_profile", "carve_agent_ready",
 		"carve_agent_reconciles_total", "carve_agent_rollout_halted", "carve_agent_rollout_slot_held",
 		"carve_agent_rollout_slot_stuck_seconds",

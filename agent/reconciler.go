@@ -192,6 +192,9 @@ type Reconciler struct {
 	// SlotRetry is how often a change waiting for a rollout slot asks
 	// again; default DefaultSlotRetry.
 	SlotRetry time.Duration
+	// AgentVersion is the agent's version, recorded as the node record's
+	// AgentVersion.
+	AgentVersion string
 
 	started bool
 	// intent is true while a checkpoint may be on disk: one found at start

@@ -18,6 +18,7 @@ import (
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/dra"
+	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
 )
@@ -100,6 +101,11 @@ type Config struct {
 	// change waiting for a slot asks again; default DefaultSlotRetry.
 	// Tests shorten both.
 	RolloutSlotDuration, RolloutRetry time.Duration
+	// Version is the build of the agent: recorded in the node record
+	// (NodeRecord.AgentVersion), exported as carve_agent_build_info and
+	// logged at start. cmd/carve-agent gives buildinfo.Get(); tests may
+	// leave it empty.
+	Version buildinfo.Info
 }
 
 // Agent is carve's node agent: the device-plugin servers and the
@@ -116,33 +122,61 @@ type Agent struct {
 
 // New builds an Agent; Run starts it.
 func New(cfg Config) (*Agent, error) {
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	cfg = withDefaults(cfg)
+	side, err := newKubeletSide(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	var metrics *Metrics
+	if cfg.Registerer != nil {
+		if metrics, err = NewMetrics(cfg.Registerer, cfg.Version); err != nil {
+			return nil, fmt.Errorf("agent: metrics: %w", err)
+		}
+	}
+	ctrl, ro := newController(cfg, side, metrics)
+	metrics.watch(ctrl.Ready, advertisedOf(side.plugin))
+	return &Agent{cfg: cfg, ctrl: ctrl, plugin: side.plugin, driver: side.driver, rollout: ro}, nil
+}
+
+// checkConfig refuses a Config New cannot build an Agent from: a required
+// field missing, or settings that contradict each other.
+func checkConfig(cfg Config) error {
 	switch {
 	case cfg.NodeName == "":
-		return nil, errors.New("agent: NodeName is required")
+		return errors.New("agent: NodeName is required")
 	case cfg.Client == nil:
-		return nil, errors.New("agent: Client is required")
+		return errors.New("agent: Client is required")
 	case cfg.ConfigMapNamespace == "" || cfg.ConfigMapName == "":
-		return nil, errors.New("agent: ConfigMap namespace and name are required")
+		return errors.New("agent: ConfigMap namespace and name are required")
 	case cfg.GPUs == nil:
-		return nil, errors.New("agent: GPUs is required")
+		return errors.New("agent: GPUs is required")
 	}
 	if err := CheckProfileLabel(cfg.ProfileLabel); err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
+		return fmt.Errorf("agent: %w", err)
 	}
 	if err := CheckOperands(cfg.PauseOperands); err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
+		return fmt.Errorf("agent: %w", err)
 	}
 	if err := CheckAdvertise(cfg.Advertise); err != nil {
-		return nil, fmt.Errorf("agent: Advertise %w", err)
+		return fmt.Errorf("agent: Advertise %w", err)
 	}
+	switch {
+	case cfg.CDI && cfg.Advertise == AdvertiseNone:
+		return fmt.Errorf("agent: %w", errCDIWithoutAdvertising)
+	case cfg.CDI && cfg.Advertise == AdvertiseDRA:
+		return fmt.Errorf("agent: %w", errCDIWithDRA)
+	}
+	return nil
+}
+
+// withDefaults fills the Config's defaults that New needs before it
+// builds the parts (the parts default the rest themselves).
+func withDefaults(cfg Config) Config {
 	if cfg.Advertise == "" {
 		cfg.Advertise = AdvertiseDevicePlugin
-	}
-	if cfg.CDI && cfg.Advertise == AdvertiseNone {
-		return nil, fmt.Errorf("agent: %w", errCDIWithoutAdvertising)
-	}
-	if cfg.CDI && cfg.Advertise == AdvertiseDRA {
-		return nil, fmt.Errorf("agent: %w", errCDIWithDRA)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -150,73 +184,86 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.PodResourcesSocket == "" {
 		cfg.PodResourcesSocket = plugin.DefaultPodResourcesSocket
 	}
-	var (
-		mgr     *plugin.Manager
-		devices Advertiser = NoAdvertiser{}
-	)
-	if cfg.Advertise == AdvertiseDevicePlugin {
-		var err error
-		mgr, err = plugin.New(plugin.Options{
+	return cfg
+}
+
+// kubeletSide is what faces the kubelet: what advertises the devices and
+// what says which are in use.
+type kubeletSide struct {
+	// plugin is nil unless Advertise is device-plugin, driver unless dra.
+	plugin  *plugin.Manager
+	driver  *dra.Driver
+	devices Advertiser
+	inUse   InUseSource
+}
+
+// newKubeletSide builds the device plugin or the DRA driver (or neither,
+// with Advertise none) and the source of the devices in use.
+func newKubeletSide(cfg Config) (kubeletSide, error) {
+	s := kubeletSide{devices: NoAdvertiser{}, inUse: NothingInUse{}}
+	if cfg.PodResourcesSocket != PodResourcesNone {
+		s.inUse = plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0)
+	}
+	switch cfg.Advertise {
+	case AdvertiseDevicePlugin:
+		mgr, err := plugin.New(plugin.Options{
 			DevicePluginDir: cfg.DevicePluginDir, NVML: cfg.GPUs, CDI: cfg.CDI,
 			Registerer: cfg.Registerer, Logger: cfg.Logger, RetryInterval: cfg.PluginRetryInterval,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("agent: device plugin: %w", err)
+			return kubeletSide{}, fmt.Errorf("device plugin: %w", err)
 		}
-		devices = mgr
-	}
-	var inUse InUseSource = NothingInUse{}
-	if cfg.PodResourcesSocket != PodResourcesNone {
-		inUse = plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0)
-	}
-	var driver *dra.Driver
-	if cfg.Advertise == AdvertiseDRA {
-		var err error
-		driver, err = dra.New(dra.Config{
+		s.plugin, s.devices = mgr, mgr
+	case AdvertiseDRA:
+		driver, err := dra.New(dra.Config{
 			Client: cfg.Client, NodeName: cfg.NodeName, KubeletRootDir: cfg.KubeletRootDir,
 			CDIDir: cfg.CDIDir, StateDir: cfg.StateDir, GPUs: cfg.GPUs, Logger: cfg.Logger,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("agent: %w", err)
+			return kubeletSide{}, err
 		}
-		devices, inUse = driver, claimsInUse{pods: inUse, driver: driver}
+		s.driver, s.devices, s.inUse = driver, driver, claimsInUse{pods: s.inUse, driver: driver}
 	}
-	var metrics *Metrics
-	if cfg.Registerer != nil {
-		var err error
-		if metrics, err = NewMetrics(cfg.Registerer); err != nil {
-			return nil, fmt.Errorf("agent: metrics: %w", err)
-		}
-	}
-	var cps *Checkpoints
-	if cfg.StateDir != "" {
-		cps = &Checkpoints{Dir: cfg.StateDir}
-	}
+	return s, nil
+}
+
+// newController builds the Controller with its Reconciler, and the
+// rollout member that bounds the disruptive changes.
+func newController(cfg Config, side kubeletSide, metrics *Metrics) (*Controller, *LeaseRollout) {
 	ctrl := &Controller{
 		Client: cfg.Client, NodeName: cfg.NodeName,
 		ConfigMapNamespace: cfg.ConfigMapNamespace, ConfigMapName: cfg.ConfigMapName,
 		Metrics: metrics, Clock: cfg.Clock, Logger: cfg.Logger, ProfileLabel: cfg.ProfileLabel,
 	}
-	ctrl.Reconciler = &Reconciler{
-		Lib: cfg.GPUs, InUse: inUse, Devices: devices,
-		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
-		Hooks: Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp, RecordChange: ctrl.RecordChange}, Labels: cfg.Labels,
+	var cps *Checkpoints
+	if cfg.StateDir != "" {
+		cps = &Checkpoints{Dir: cfg.StateDir}
 	}
-	if len(cfg.PauseOperands) > 0 {
-		timeout := cfg.OperandTimeout
-		if timeout <= 0 {
-			timeout = DefaultOperandTimeout
-		}
-		ctrl.Reconciler.Operands = &nodeOperands{client: cfg.Client, node: cfg.NodeName, timeout: timeout, every: time.Second}
-		ctrl.Reconciler.OperandNames = cfg.PauseOperands
-	}
-	metrics.watch(ctrl.Ready, advertisedOf(mgr))
 	ro := &LeaseRollout{
 		Client: cfg.Client, Namespace: cfg.ConfigMapNamespace, ConfigMap: cfg.ConfigMapName, Node: cfg.NodeName,
 		SlotDuration: cfg.RolloutSlotDuration, Logger: cfg.Logger,
 	}
-	ctrl.Reconciler.Rollout, ctrl.Reconciler.SlotRetry = ro, cfg.RolloutRetry
-	return &Agent{cfg: cfg, ctrl: ctrl, plugin: mgr, driver: driver, rollout: ro}, nil
+	ctrl.Reconciler = &Reconciler{
+		Lib: cfg.GPUs, InUse: side.inUse, Devices: side.devices,
+		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
+		Hooks:  Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp, RecordChange: ctrl.RecordChange},
+		Labels: cfg.Labels, Operands: operandsOf(cfg), OperandNames: cfg.PauseOperands,
+		Rollout: ro, SlotRetry: cfg.RolloutRetry, AgentVersion: cfg.Version.Version,
+	}
+	return ctrl, ro
+}
+
+// operandsOf pauses the GPU Operator operands of cfg.PauseOperands on the
+// node; nil when there are none to pause.
+func operandsOf(cfg Config) Operands {
+	if len(cfg.PauseOperands) == 0 {
+		return nil
+	}
+	timeout := cfg.OperandTimeout
+	if timeout <= 0 {
+		timeout = DefaultOperandTimeout
+	}
+	return &nodeOperands{client: cfg.Client, node: cfg.NodeName, timeout: timeout, every: time.Second}
 }
 
 // servers are the parts that serve the kubelet, by name: the device plugin
@@ -271,7 +318,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.cfg.Logger.Warn("rollout member Lease", "err", err)
 		}
 	}()
-	a.cfg.Logger.Info("carve-agent started", "node", a.cfg.NodeName,
+	a.cfg.Logger.Info("carve-agent started", "version", a.cfg.Version.Version, "revision", a.cfg.Version.Revision,
+		"go", a.cfg.Version.GoVersion, "node", a.cfg.NodeName,
 		"configMap", a.cfg.ConfigMapNamespace+"/"+a.cfg.ConfigMapName, "advertise", a.cfg.Advertise, "cdi", a.cfg.CDI)
 
 	var err error

@@ -24,6 +24,7 @@ import (
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/dra"
+	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/gpus"
 	"github.com/carve-dev/carve/plugin"
@@ -51,6 +52,9 @@ type options struct {
 	migManagerState    bool
 	gfdLabels          bool
 	logLevel           slog.Level
+	// version: print the build and exit (--version); nothing else is
+	// checked.
+	version bool
 }
 
 // boolSpec is one boolean flag: its name, environment variable, default
@@ -115,11 +119,15 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 		fs.BoolVar(s.dst, s.name, def, fmt.Sprintf("%s [%s]", s.usage, s.env))
 	}
+	fs.BoolVar(&o.version, "version", false, "print the version, revision and Go version, and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if o.version {
+		return o, nil
 	}
 	if o.nodeName == "" {
 		return o, errors.New("--node-name (or NODE_NAME) is required")
@@ -248,6 +256,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
 		ProfileLabel: o.profileLabel, Labels: agent.LabelOptions{MIGManagerState: o.migManagerState, CarveOnly: !o.gfdLabels},
 		PauseOperands: o.pauseOperands, RolloutSlotDuration: slotDuration, RolloutRetry: slotRetry,
+		Version: buildinfo.Get(),
 	})
 	if err != nil {
 		return err
@@ -293,6 +302,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "carve-agent:", err)
 		os.Exit(2)
+	}
+	if o.version {
+		fmt.Println(buildinfo.Get().Line("carve-agent"))
+		os.Exit(0)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	slog.SetDefault(log)

@@ -187,6 +187,16 @@ func TestParseOptions(t *testing.T) {
 		{name: "bad log level", args: []string{"--node-name", "n", "--log-level", "loud"}, wantErr: true},
 		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantErr: true},
 		{name: "unknown flag", args: []string{"--node", "n"}, wantErr: true},
+		// --version needs nothing else and checks nothing else: it prints
+		// the build and exits, even where the settings are wrong.
+		{name: "version", args: []string{"--version"}, env: map[string]string{"CARVE_LOG_LEVEL": "loud", "CARVE_ADVERTISE": "nope"},
+			check: func(t *testing.T, o options) {
+				t.Helper()
+				if !o.version {
+					t.Error("version not set")
+				}
+			}},
+		{name: "version with a stray argument", args: []string{"--version", "extra"}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

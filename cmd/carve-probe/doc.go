@@ -8,4 +8,5 @@
 // when some part could not be read (the JSON then says which).
 //
 //	carve-probe [-xid-wait 100ms]
+//	carve-probe --version
 package main

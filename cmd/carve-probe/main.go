@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/nvml"
 )
@@ -59,8 +60,13 @@ func run(args []string, lib partition.NVML, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("carve-probe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	xidWait := fs.Duration("xid-wait", 100*time.Millisecond, "how long to wait for an XID event (0: do not register for them)")
+	version := fs.Bool("version", false, "print the version, revision and Go version, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Get().Line("carve-probe"))
+		return 0
 	}
 	if err := lib.Init(); err != nil {
 		if errors.Is(err, partition.ErrLibraryNotFound) {

@@ -5,12 +5,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/google/go-cmp/cmp"
 
+	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/partition/nvml"
 )
 
@@ -83,6 +86,23 @@ func TestProbeWithoutNVML(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "NVML library not found") || out.Len() != 0 {
 		t.Errorf("stdout %q, stderr %q; want only a clear message on stderr", out.String(), errOut.String())
+	}
+}
+
+// --version prints the build on one line and exits 0 without opening
+// NVML.
+func TestProbeVersion(t *testing.T) {
+	lib := &mock.Interface{InitFunc: func() gonvml.Return { t.Error("NVML opened"); return gonvml.ERROR_LIBRARY_NOT_FOUND }}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"--version"}, nvml.NewFrom(lib), &out, &errOut); code != 0 {
+		t.Errorf("exit code %d, want 0; stderr %q", code, errOut.String())
+	}
+	want := "carve-probe " + buildinfo.Get().String() + "\n"
+	if diff := cmp.Diff(want, out.String()); diff != "" {
+		t.Errorf("stdout (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(out.String(), runtime.Version()) || errOut.Len() != 0 {
+		t.Errorf("stdout %q, stderr %q; want the Go version on stdout and nothing on stderr", out.String(), errOut.String())
 	}
 }
 

@@ -23,6 +23,8 @@ Usage:
                     (after uninstalling: removes carve's node labels and annotation)
   carvectl rollout  release NODE [--config-map NS/NAME] [--dry-run] [--force] [--kubeconfig PATH]
                     (frees the rollout slot NODE holds; refused while its agent renews it, unless --force)
+  carvectl version  [--client] [--kubeconfig PATH] [--selector k=v] [-o table|json]
+                    (carvectl's version, and the agents' versions across the cluster)
 
 Simulated machines: sim:dgx-a100, sim:dgx-a100-80, sim:dgx-h100, sim:hgx-h200,
 sim:a30x4, or a list such as sim:h100-80gb*2,a100-40gb*1.
@@ -60,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // runWith is run with the Kubernetes client factory of carvectl status,
-// prune and rollout given, so tests can use a fake API.
+// prune, rollout and version given, so tests can use a fake API.
 func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -82,6 +84,10 @@ func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc
 		err = runPrune(args[1:], stdout, stderr, newClient)
 	case "rollout":
 		err = runRollout(args[1:], stdout, stderr, newClient)
+	case "version":
+		err = runVersion(args[1:], stdout, stderr, newClient)
+	case "--version":
+		err = runVersion(append([]string{"--client"}, args[1:]...), stdout, stderr, newClient)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

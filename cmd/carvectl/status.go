@@ -94,6 +94,10 @@ type nodeStatus struct {
 	Rollout string `json:"rollout,omitempty"`
 	// Slot is the rollout slot the node holds, live or expired.
 	Slot *nodeSlot `json:"slot,omitempty"`
+	// AgentVersion is the version of the agent that wrote the node's
+	// record; "" when the record names none (an agent older than the
+	// field) or there is no readable record.
+	AgentVersion string `json:"agentVersion,omitempty"`
 }
 
 func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFunc) error {
@@ -173,12 +177,12 @@ func status(ctx context.Context, cs kubernetes.Interface, host string, q statusQ
 }
 
 // statusHeader names the columns of the node table, tab-separated.
-const statusHeader = "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tROLLOUT\tRESOURCES\tLAST ERROR"
+const statusHeader = "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tROLLOUT\tVERSION\tRESOURCES\tLAST ERROR"
 
 // rowCells are r's cells in the node table, "-" for an empty one.
 func rowCells(r nodeStatus) []string {
 	return []string{r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned), orDash(r.Applied), orDash(r.State),
-		orDash(r.Rollout), orDash(compactResources(r.Resources)), orDash(textfmt.OneLine(lastWord(r)))}
+		orDash(r.Rollout), orDash(r.AgentVersion), orDash(compactResources(r.Resources)), orDash(textfmt.OneLine(lastWord(r)))}
 }
 
 // writeNodeTable writes the header and rows as aligned columns.
@@ -246,7 +250,7 @@ func statusOf(n *corev1.Node) (nodeStatus, bool) {
 			r.LastError = err.Error()
 		} else {
 			r.Record = &p
-			r.LastError = p.LastError
+			r.LastError, r.AgentVersion = p.LastError, p.AgentVersion
 		}
 	}
 	if r.Record != nil && r.Record.Selected != nil {

@@ -48,7 +48,7 @@ func annotation(t *testing.T, p carvev1.NodeRecord) map[string]string {
 
 // gpuARecord is the record in gpu-a's annotation.
 func gpuARecord() carvev1.NodeRecord {
-	return carvev1.NodeRecord{Profile: "balanced", ProfileHash: "abc", State: carvev1.StateSuccess, Generation: 3,
+	return carvev1.NodeRecord{Profile: "balanced", ProfileHash: "abc", State: carvev1.StateSuccess, Generation: 3, AgentVersion: "v1.3.0",
 		GPUs: []carvev1.GPURecord{{Index: 0, UUID: "GPU-0", Model: "H100-80GB", MIGMode: "enabled"}}}
 }
 
@@ -65,7 +65,9 @@ func onlyFields(names ...string) cmp.Option {
 
 // statusNodes is a cluster with one node of each kind status must show.
 // gpu-a, gpu-c and gpu-f carry no selection in the annotation (an older
-// agent, or none): status falls back to the labels.
+// agent, or none): status falls back to the labels. The agents are mid-
+// upgrade: gpu-a and gpu-e run v1.3.0, gpu-b v1.2.0, gpu-f an agent older
+// than the version field.
 func statusNodes(t *testing.T) []runtime.Object {
 	t.Helper()
 	return []runtime.Object{
@@ -75,7 +77,7 @@ func statusNodes(t *testing.T) []runtime.Object {
 			map[string]int64{"nvidia.com/mig-1g.10gb": 14, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/gpu": 4}),
 		gpuNode("gpu-b", map[string]string{
 			carvev1.LabelState: carvev1.StateFailed, carvev1.LabelApplied: "full", carvev1.LabelSource: "label", carvev1.LabelProfile: "split",
-		}, annotation(t, carvev1.NodeRecord{Profile: "full", State: carvev1.StateFailed, Generation: 7,
+		}, annotation(t, carvev1.NodeRecord{Profile: "full", State: carvev1.StateFailed, Generation: 7, AgentVersion: "v1.2.0",
 			Selected:  &carvev1.SelectedProfile{Profile: "split", Source: "label"},
 			LastError: "profile split: GPUs 4-7 are not on this node\n(it has GPUs 0-3)"}),
 			map[string]int64{"nvidia.com/gpu": 4}),
@@ -90,7 +92,7 @@ func statusNodes(t *testing.T) []runtime.Object {
 		// after the whole GPUs went into MIG: not shown.
 		gpuNode("gpu-e", map[string]string{
 			carvev1.LabelState: carvev1.StateDraining, carvev1.LabelApplied: "balanced", carvev1.LabelSource: "rule",
-		}, annotation(t, carvev1.NodeRecord{Profile: "balanced", State: carvev1.StateDraining, Generation: 9,
+		}, annotation(t, carvev1.NodeRecord{Profile: "balanced", State: carvev1.StateDraining, Generation: 9, AgentVersion: "v1.3.0",
 			Selected: &carvev1.SelectedProfile{Profile: "small", Source: "window", Window: "nightly"}}),
 			map[string]int64{"nvidia.com/mig-1g.10gb": 4, "nvidia.com/gpu": 0}),
 		// Pending on an older agent's annotation: the labels cannot tell
@@ -112,21 +114,26 @@ func TestStatusTable(t *testing.T) {
 		wantLines map[string][]string // node -> substrings of its row
 		// wantSelected is the SELECTED column, by node.
 		wantSelected map[string]string
-		wantNot      []string
+		// wantVersion is the VERSION column, by node.
+		wantVersion map[string]string
+		wantNot     []string
 	}{
 		{
 			name:     "all nodes",
 			selector: "",
 			wantLines: map[string][]string{
-				"gpu-a": {"rule", "balanced", "success", "gpu=4 mig-1g.10gb=14 mig-3g.40gb=2"},
-				"gpu-b": {"label", "split", "full", "failed", "gpu=4", "profile split: GPUs 4-7 are not on this node; (it has GPUs 0-3)"},
+				"gpu-a": {"rule", "balanced", "success", "v1.3.0", "gpu=4 mig-1g.10gb=14 mig-3g.40gb=2"},
+				"gpu-b": {"label", "split", "full", "failed", "v1.2.0", "gpu=4", "profile split: GPUs 4-7 are not on this node; (it has GPUs 0-3)"},
 				"gpu-c": {"window nightly-training", "full", "success", "gpu=8"},
 				"gpu-d": {"pending", "decode carve.dev/partition annotation"},
-				"gpu-e": {"window nightly", "balanced", "draining", "mig-1g.10gb=4"},
+				"gpu-e": {"window nightly", "balanced", "draining", "v1.3.0", "mig-1g.10gb=4"},
 				"gpu-f": {"rule", "full", "pending"},
 			},
 			wantSelected: map[string]string{
 				"gpu-a": "balanced", "gpu-b": "split", "gpu-c": "full", "gpu-d": "-", "gpu-e": "small", "gpu-f": "-",
+			},
+			wantVersion: map[string]string{
+				"gpu-a": "v1.3.0", "gpu-b": "v1.2.0", "gpu-c": "-", "gpu-d": "-", "gpu-e": "v1.3.0", "gpu-f": "-",
 			},
 			wantNot: []string{"cpu-only"},
 		},
@@ -160,11 +167,15 @@ func TestStatusTable(t *testing.T) {
 				t.Errorf("header %q, want SELECTED second", lines[0])
 			}
 			rows := map[string]string{}
+			versionAt := strings.Index(lines[0], "VERSION")
 			for _, l := range lines[1:] {
 				f := strings.Fields(l)
 				rows[f[0]] = l
 				if want, ok := tc.wantSelected[f[0]]; ok && (len(f) < 2 || f[1] != want) {
 					t.Errorf("row %q: SELECTED %q, want %q", l, f[1], want)
+				}
+				if want, ok := tc.wantVersion[f[0]]; ok && (versionAt < 0 || !strings.HasPrefix(l[versionAt:], want+" ")) {
+					t.Errorf("row %q: VERSION column (at %d) is not %q", l, versionAt, want)
 				}
 			}
 			for node, subs := range tc.wantLines {
@@ -233,12 +244,12 @@ func TestStatusJSON(t *testing.T) {
 	}
 	aRecord := gpuARecord()
 	wantA := nodeStatus{Node: "gpu-a", Selected: "balanced", Source: "rule", Applied: "balanced", State: carvev1.StateSuccess,
-		Resources: map[string]int64{"gpu": 4, "mig-1g.10gb": 14, "mig-3g.40gb": 2}, Record: &aRecord}
+		Resources: map[string]int64{"gpu": 4, "mig-1g.10gb": 14, "mig-3g.40gb": 2}, Record: &aRecord, AgentVersion: "v1.3.0"}
 	if diff := cmp.Diff(wantA, byNode["gpu-a"]); diff != "" {
 		t.Errorf("gpu-a (-want +got):\n%s", diff)
 	}
 	b := byNode["gpu-b"]
-	if diff := cmp.Diff(nodeStatus{Pinned: "split", State: carvev1.StateFailed}, b, onlyFields("Pinned", "State")); diff != "" {
+	if diff := cmp.Diff(nodeStatus{Pinned: "split", State: carvev1.StateFailed, AgentVersion: "v1.2.0"}, b, onlyFields("Pinned", "State", "AgentVersion")); diff != "" {
 		t.Errorf("gpu-b (-want +got):\n%s", diff)
 	}
 	if !strings.Contains(b.LastError, "GPUs 4-7") {
@@ -296,6 +307,24 @@ func TestStatusCommand(t *testing.T) {
 // error naming the API server and the cause when nothing answers there,
 // and with one naming the kubeconfig when there is none.
 func TestStatusUnreachable(t *testing.T) {
+	kc := unreachableKubeconfig(t)
+	for _, args := range [][]string{{"status"}, {"status", "-w"}, {"status", "--watch", "-o", "json"}} {
+		code, _, stderr := carvectl(append(args, "--kubeconfig", kc)...)
+		// The cause, not a timeout: watching lists first, like status.
+		if code != 2 || !strings.Contains(stderr, "https://127.0.0.1:1") || !strings.Contains(stderr, "connection refused") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	code, _, stderr := carvectl("status", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
+	if code != 2 || !strings.Contains(stderr, "kubeconfig") {
+		t.Errorf("missing kubeconfig: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// unreachableKubeconfig writes a kubeconfig whose API server,
+// https://127.0.0.1:1, refuses connections, and returns its path.
+func unreachableKubeconfig(t *testing.T) string {
+	t.Helper()
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	const cfg = `apiVersion: v1
 kind: Config
@@ -313,17 +342,7 @@ users:
 	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"status"}, {"status", "-w"}, {"status", "--watch", "-o", "json"}} {
-		code, _, stderr := carvectl(append(args, "--kubeconfig", kc)...)
-		// The cause, not a timeout: watching lists first, like status.
-		if code != 2 || !strings.Contains(stderr, "https://127.0.0.1:1") || !strings.Contains(stderr, "connection refused") {
-			t.Errorf("%v: exit %d, stderr %q", args, code, stderr)
-		}
-	}
-	code, _, stderr := carvectl("status", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
-	if code != 2 || !strings.Contains(stderr, "kubeconfig") {
-		t.Errorf("missing kubeconfig: exit %d, stderr %q", code, stderr)
-	}
+	return kc
 }
 
 // TestStatusPinLabel: an agent that pins by another label

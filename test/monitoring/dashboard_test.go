@@ -115,7 +115,7 @@ func TestDashboardContents(t *testing.T) {
 	}
 	walk(d.Panels)
 	for _, title := range []string{
-		"Nodes by state", "Nodes by profile", "Agents", "Repartitions per hour", "Apply duration p50 / p95 / p99 (past hour)",
+		"Nodes by state", "Nodes by profile", "Agents", "Agent versions across the fleet", "Repartitions per hour", "Apply duration p50 / p95 / p99 (past hour)",
 		"Devices advertised per resource", "Allocations per second", "Allocation failures per second",
 		"Rollout slots held", "Nodes waiting for a slot", "Rollout halted", "Drains: time to the drain timeout",
 		"Reconciles failed or in error (per hour)", "XID events (per hour)", "Unhealthy devices per resource",
