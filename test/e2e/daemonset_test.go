@@ -110,6 +110,9 @@ func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 	if got := n.Labels[carvev1.LabelSource]; got != "default" {
 		t.Errorf("%s = %q, want default", carvev1.LabelSource, got)
 	}
+	if rec, err := harness.RecordOf(n); err != nil || rec.AgentVersion != agentVersion {
+		t.Errorf("the node record says agent version %q (err %v), want the image's %s", rec.AgentVersion, err, agentVersion)
+	}
 	waitAllocatable(ctx, t, cs, node, map[string]int64{gpu: 8})
 
 	since := time.Now()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	ocilayout "github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/carve-dev/carve/release/agentimage"
@@ -51,12 +52,46 @@ func importAgentImage(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	if res.Ref != agentImage || len(res.Images) != 1 {
 		t.Fatalf("built %s with %d images, want %s with one", res.Ref, len(res.Images), agentImage)
 	}
-	if err := checkAgentImage(ctx, res.Images[0].Image, t.TempDir()); err != nil {
+	img, err := archivedImage(ctx, res.Archive, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAgentImage(ctx, img, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ImportArchive(ctx, res.Archive, res.Ref); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// archivedImage reads the one image of the OCI layout archive at path, as
+// ctr import would, unpacking the archive into dir.
+func archivedImage(ctx context.Context, path, dir string) (v1.Image, error) {
+	if out, err := exec.CommandContext(ctx, "tar", "-xf", path, "-C", dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("unpack %s: %w: %s", path, err, out)
+	}
+	idx, err := ocilayout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	man, err := idx.IndexManifest()
+	if err != nil || len(man.Manifests) != 1 {
+		return nil, fmt.Errorf("read %s: want one image index, got %v (err %v)", path, man, err)
+	}
+	inner, err := idx.ImageIndex(man.Manifests[0].Digest)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	platforms, err := inner.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	for _, m := range platforms.Manifests {
+		if m.Platform != nil && m.Platform.OS == "linux" && m.Platform.Architecture == "amd64" {
+			return inner.Image(m.Digest)
+		}
+	}
+	return nil, fmt.Errorf("%s has no linux/amd64 image", path)
 }
 
 // checkAgentImage fails unless img's entrypoint is carve-agent, it holds
