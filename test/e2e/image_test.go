@@ -75,8 +75,11 @@ func archivedImage(ctx context.Context, path, dir string) (v1.Image, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	man, err := idx.IndexManifest()
-	if err != nil || len(man.Manifests) != 1 {
-		return nil, fmt.Errorf("read %s: want one image index, got %v (err %v)", path, man, err)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(man.Manifests) != 1 {
+		return nil, fmt.Errorf("read %s: %d entries in index.json, want one image index", path, len(man.Manifests))
 	}
 	inner, err := idx.ImageIndex(man.Manifests[0].Digest)
 	if err != nil {
