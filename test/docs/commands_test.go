@@ -205,11 +205,16 @@ func unescape(s string, quoted bool) string {
 // toolOf returns the tool a command's words run, kubectl, helm or
 // carvectl, and the words it passes it; "" for any other command. A tool
 // is named by its name or a path to it, after sudo or env and their options
-// and variables; carvectl also as go run ./cmd/carvectl, kubectl also as
-// carve-cluster kubectl (the local cluster's).
+// and variables; carvectl also as go run ./cmd/carvectl, as kubectl-carve
+// and as kubectl carve (the kubectl plugin), kubectl also as carve-cluster
+// kubectl (the local cluster's).
 func toolOf(ws []string) (string, []string) {
 	for len(ws) > 0 {
 		switch name := path.Base(ws[0]); {
+		case name == "kubectl" && len(ws) > 1 && ws[1] == "carve":
+			return "carvectl", ws[2:]
+		case name == "kubectl-carve":
+			return "carvectl", ws[1:]
 		case name == "kubectl" || name == "helm" || name == "carvectl":
 			return name, ws[1:]
 		case name == "sudo" || name == "env":
@@ -471,6 +476,17 @@ func TestCallExtraction(t *testing.T) {
 		want: []toolCall{
 			{"p.md:10", "carvectl", []string{"status", "-w"}},
 			{"p.md:11", "carvectl", []string{"prune", "--dry-run"}},
+			{"p.md:12", "kubectl", []string{"get", "nodes"}},
+		},
+	}, {
+		name: "the kubectl plugin",
+		text: "kubectl carve status -w
+/usr/local/bin/kubectl-carve version --client
+kubectl get nodes
+",
+		want: []toolCall{
+			{"p.md:10", "carvectl", []string{"status", "-w"}},
+			{"p.md:11", "carvectl", []string{"version", "--client"}},
 			{"p.md:12", "kubectl", []string{"get", "nodes"}},
 		},
 	}, {
