@@ -480,10 +480,7 @@ func TestCallExtraction(t *testing.T) {
 		},
 	}, {
 		name: "the kubectl plugin",
-		text: "kubectl carve status -w
-/usr/local/bin/kubectl-carve version --client
-kubectl get nodes
-",
+		text: "kubectl carve status -w\n/usr/local/bin/kubectl-carve version --client\nkubectl get nodes\n",
 		want: []toolCall{
 			{"p.md:10", "carvectl", []string{"status", "-w"}},
 			{"p.md:11", "carvectl", []string{"version", "--client"}},
