@@ -34,8 +34,11 @@ func RootfsFromArchive(ctx context.Context, archive, platform, scratch, rootfs s
 		return fmt.Errorf("read %s: %w", archive, err)
 	}
 	m, err := outer.IndexManifest()
-	if err != nil || len(m.Manifests) != 1 {
-		return fmt.Errorf("read %s: index.json must name one image index (%v)", archive, err)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive, err)
+	}
+	if len(m.Manifests) != 1 {
+		return fmt.Errorf("read %s: index.json names %d entries, want one image index", archive, len(m.Manifests))
 	}
 	idx, err := outer.ImageIndex(m.Manifests[0].Digest)
 	if err != nil {
