@@ -70,9 +70,10 @@ type Result struct {
 type PlatformImage struct {
 	// Platform is "linux/ARCH".
 	Platform string
-	Image    v1.Image
-	Digest   v1.Hash
-	Size     ociimage.Size
+	// Digest is the platform manifest's digest (the image itself is in the
+	// archive: its layers were read from files Build removes).
+	Digest v1.Hash
+	Size   ociimage.Size
 	// BinDir holds the binaries the image has (removed after Build when
 	// Build made it itself).
 	BinDir string
@@ -218,7 +219,7 @@ func (o *Options) platformImage(ctx context.Context, plat, work string, lock *de
 	if err != nil {
 		return PlatformImage{}, ociimage.PlatformImage{}, err
 	}
-	pi := PlatformImage{Platform: plat, Image: img, BinDir: binDir}
+	pi := PlatformImage{Platform: plat, BinDir: binDir}
 	if pi.Digest, err = img.Digest(); err != nil {
 		return PlatformImage{}, ociimage.PlatformImage{}, fmt.Errorf("agent image %s: digest: %w", plat, err)
 	}

@@ -15,8 +15,54 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
+
+// RootfsFromArchive unpacks the image of platform (e.g. linux/arm64) from
+// the OCI layout archive into rootfs, with scratch as a work directory.
+func RootfsFromArchive(ctx context.Context, archive, platform, scratch, rootfs string) error {
+	layoutDir := filepath.Join(scratch, "layout")
+	if err := os.MkdirAll(layoutDir, 0o755); err != nil {
+		return fmt.Errorf("unpack %s: %w", archive, err)
+	}
+	if out, err := exec.CommandContext(ctx, "tar", "-xf", archive, "-C", layoutDir).CombinedOutput(); err != nil {
+		return fmt.Errorf("unpack %s: %w: %s", archive, err, out)
+	}
+	outer, err := layout.ImageIndexFromPath(layoutDir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive, err)
+	}
+	m, err := outer.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive, err)
+	}
+	if len(m.Manifests) != 1 {
+		return fmt.Errorf("read %s: index.json names %d entries, want one image index", archive, len(m.Manifests))
+	}
+	idx, err := outer.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive, err)
+	}
+	want, err := v1.ParsePlatform(platform)
+	if err != nil {
+		return fmt.Errorf("platform %s: %w", platform, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive, err)
+	}
+	for _, d := range im.Manifests {
+		if d.Platform != nil && d.Platform.OS == want.OS && d.Platform.Architecture == want.Architecture {
+			img, err := idx.Image(d.Digest)
+			if err != nil {
+				return fmt.Errorf("read %s %s: %w", archive, platform, err)
+			}
+			return Rootfs(ctx, img, rootfs)
+		}
+	}
+	return fmt.Errorf("%s has no %s image", archive, platform)
+}
 
 // Rootfs unpacks img's flattened layers into dir with GNU tar.
 func Rootfs(ctx context.Context, img v1.Image, dir string) error {
@@ -50,7 +96,7 @@ func Checks(version string) []Check {
 		{Args: []string{"carve-probe", "--version"}, Want: version},
 		{Args: []string{"carvectl", "validate", "-f", "configs/examples/profiles.yaml"}},
 		{Args: []string{"carvectl", "validate", "-f", "charts/carve/files/profiles.yaml"}},
-		{Args: []string{"carvectl", "plan", "-f", "configs/examples/profiles.yaml", "--profile", "balanced", "--gpus", "sim:gb200-nvl4"}},
+		{Args: []string{"carvectl", "plan", "-f", "configs/examples/profiles.yaml", "--profile", "shared-4", "--gpus", "sim:gb200-nvl4"}},
 	}
 }
 
@@ -106,20 +152,31 @@ func indent(s string) string {
 	return b.String()
 }
 
-// GoBinary checks `go version -m path`: built for goos/goarch, with
-// ldflags stamping version and revision.
-func GoBinary(ctx context.Context, path, goos, goarch, version, revision string) error {
+// GoBinary checks a binary it cannot run: `go version -m` says it was built
+// for goos/goarch, and when stamped (the main module has
+// internal/buildinfo) the version and revision strings are in it. The
+// build information does not record -ldflags of a -trimpath build, so the
+// -X values are looked for in the binary's bytes.
+func GoBinary(ctx context.Context, path, goos, goarch, version, revision string, stamped bool) error {
 	out, err := exec.CommandContext(ctx, "go", "version", "-m", path).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("go version -m %s: %w: %s", path, err, out)
 	}
-	text := string(out)
-	for _, want := range []string{
-		"build\tGOOS=" + goos + "\n", "build\tGOARCH=" + goarch + "\n",
-		"internal/buildinfo.version=" + version, "internal/buildinfo.revision=" + revision,
-	} {
-		if !strings.Contains(text, want) {
-			return fmt.Errorf("go version -m %s: no %q in\n%s", path, strings.TrimSpace(want), text)
+	for _, want := range []string{"build\tGOOS=" + goos + "\n", "build\tGOARCH=" + goarch + "\n", "build\t-trimpath=true\n"} {
+		if !strings.Contains(string(out), want) {
+			return fmt.Errorf("go version -m %s: no %q in\n%s", path, strings.TrimSpace(want), out)
+		}
+	}
+	if !stamped {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	for _, want := range []string{version, revision} {
+		if !bytes.Contains(data, []byte(want)) {
+			return fmt.Errorf("%s: %q is not stamped in it", path, want)
 		}
 	}
 	return nil
