@@ -105,16 +105,6 @@ func Checks(version string) []Check {
 func RunArm64(ctx context.Context, rootfs, source string, checks []Check, log io.Writer) error {
 	for _, c := range checks {
 		out, err := qemu(ctx, rootfs, source, c.Args)
-		if err != nil && isVersionFlag(c.Args) && noVersionYet(out) {
-			// Until internal/buildinfo and the --version flags are in,
-			// --help shows that the program starts.
-			fmt.Fprintf(log, "smoke arm64: %s has no --version yet; running --help\n", c.Args[0])
-			out, err = qemu(ctx, rootfs, source, []string{c.Args[0], "--help"})
-			if err != nil && strings.Contains(strings.ToLower(out), "usage") {
-				err = nil
-			}
-			c.Want = ""
-		}
 		fmt.Fprintf(log, "smoke arm64: %s\n%s", strings.Join(c.Args, " "), indent(out))
 		if err != nil {
 			return fmt.Errorf("arm64 %s: %w", strings.Join(c.Args, " "), err)
@@ -135,12 +125,6 @@ func qemu(ctx context.Context, rootfs, source string, args []string) (string, er
 	return string(out), err
 }
 
-func isVersionFlag(args []string) bool { return len(args) == 2 && args[1] == "--version" }
-
-func noVersionYet(out string) bool {
-	return strings.Contains(out, "flag provided but not defined: -version") || strings.Contains(out, `unknown command "--version"`)
-}
-
 func indent(s string) string {
 	var b strings.Builder
 	for l := range strings.Lines(s) {
@@ -153,11 +137,10 @@ func indent(s string) string {
 }
 
 // GoBinary checks a binary it cannot run: `go version -m` says it was built
-// for goos/goarch, and when stamped (the main module has
-// internal/buildinfo) the version and revision strings are in it. The
+// for goos/goarch, and the version and revision strings are in it. The
 // build information does not record -ldflags of a -trimpath build, so the
 // -X values are looked for in the binary's bytes.
-func GoBinary(ctx context.Context, path, goos, goarch, version, revision string, stamped bool) error {
+func GoBinary(ctx context.Context, path, goos, goarch, version, revision string) error {
 	out, err := exec.CommandContext(ctx, "go", "version", "-m", path).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("go version -m %s: %w: %s", path, err, out)
@@ -166,9 +149,6 @@ func GoBinary(ctx context.Context, path, goos, goarch, version, revision string,
 		if !strings.Contains(string(out), want) {
 			return fmt.Errorf("go version -m %s: no %q in\n%s", path, strings.TrimSpace(want), out)
 		}
-	}
-	if !stamped {
-		return nil
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
