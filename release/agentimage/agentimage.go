@@ -47,6 +47,9 @@ type Options struct {
 	Lock string
 	// CacheDir holds .debs and built bases; "" is DefaultCacheDir().
 	CacheDir string
+	// BaseDir, when set, holds the built bases instead of CacheDir (see
+	// debbase.BaseOptions.BaseDir).
+	BaseDir string
 	// Out is the archive to write; "" is
 	// Source/dist/carve-agent_VERSION.oci.tar.
 	Out string
@@ -202,7 +205,7 @@ func (o *Options) platformImage(ctx context.Context, plat, work string, lock *de
 			return PlatformImage{}, ociimage.PlatformImage{}, err
 		}
 	}
-	base, err := debbase.Base(ctx, debbase.BaseOptions{Lock: lock, LockData: lockData, Arch: goarch, CacheDir: o.CacheDir, Log: o.Log})
+	base, err := debbase.Base(ctx, debbase.BaseOptions{Lock: lock, LockData: lockData, Arch: goarch, CacheDir: o.CacheDir, BaseDir: o.BaseDir, Log: o.Log})
 	if err != nil {
 		return PlatformImage{}, ociimage.PlatformImage{}, err
 	}

@@ -2,6 +2,7 @@ package debbase
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -49,6 +50,10 @@ type BaseOptions struct {
 	Arch string
 	// CacheDir holds downloaded .debs and built bases.
 	CacheDir string
+	// BaseDir, when set, holds the built base instead of CacheDir's base/:
+	// an empty directory makes Base build it anew from the cached, verified
+	// .debs (the reproducibility check's second build).
+	BaseDir string
 	// Log gets progress lines and mmdebstrap's output; nil: discarded.
 	Log io.Writer
 }
@@ -65,7 +70,7 @@ func Base(ctx context.Context, o BaseOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(o.CacheDir, "base", fmt.Sprintf("%s-%s.tar", Hash(o.LockData)[:16], o.Arch))
+	path := filepath.Join(cmp.Or(o.BaseDir, filepath.Join(o.CacheDir, "base")), fmt.Sprintf("%s-%s.tar", Hash(o.LockData)[:16], o.Arch))
 	if _, err := os.Stat(path); err == nil {
 		fmt.Fprintf(log, "base %s: cached %s\n", o.Arch, path)
 		return path, nil

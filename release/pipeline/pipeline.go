@@ -33,6 +33,9 @@ type Config struct {
 	ImagePlatforms, CLIPlatforms []string
 	// Lock and CacheDir as in agentimage.Options.
 	Lock, CacheDir string
+	// BaseDir as in agentimage.Options: where built bases are kept, ""
+	// for CacheDir.
+	BaseDir string
 	// Tool names carve-release in the SBOMs.
 	Tool sbom.Tool
 	Log  io.Writer
@@ -74,7 +77,7 @@ func Run(ctx context.Context, c Config) (res *Result, err error) {
 	if res.Image, err = agentimage.Build(ctx, agentimage.Options{
 		Source: c.Source, Platforms: c.ImagePlatforms, Binaries: res.Binaries,
 		Version: c.Version, Revision: c.Revision, Created: c.created(),
-		Lock: c.Lock, CacheDir: c.CacheDir, Out: filepath.Join(c.Dist, "carve-agent_"+c.Version+".oci.tar"), Log: c.Log,
+		Lock: c.Lock, CacheDir: c.CacheDir, BaseDir: c.BaseDir, Out: filepath.Join(c.Dist, "carve-agent_"+c.Version+".oci.tar"), Log: c.Log,
 	}); err != nil {
 		return nil, err
 	}

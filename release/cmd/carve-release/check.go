@@ -17,8 +17,9 @@ import (
 )
 
 // cmdCheck builds the quick release into --dist, then again from a copy of
-// the source at another path (so -trimpath is exercised) into a temporary
-// directory, and fails unless both SHA256SUMS are the same.
+// the source at another path (so -trimpath is exercised), with a base built
+// anew, into a temporary directory, and fails unless both SHA256SUMS are
+// the same.
 func cmdCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("carve-release check", flag.ContinueOnError)
 	var f buildFlags
@@ -45,7 +46,9 @@ func cmdCheck(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	second := c
-	second.Source, second.Dist = filepath.Join(tmp, "src"), filepath.Join(tmp, "dist")
+	// The second build also makes its base anew, from the same verified
+	// packages, so that mmdebstrap's output is compared too.
+	second.Source, second.Dist, second.BaseDir = filepath.Join(tmp, "src"), filepath.Join(tmp, "dist"), filepath.Join(tmp, "base")
 	if err := copySource(ctx, c.Source, second.Source); err != nil {
 		return err
 	}
