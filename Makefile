@@ -154,7 +154,7 @@ scale: $(BIN)/carve-scale
 	$(BIN)/carve-scale --write docs/scale.md $(SCALE_FLAGS)
 
 $(BIN)/carve-scale: FORCE
-	cd test && $(GO) build -o ../$(BIN)/carve-scale ./cmd/carve-scale
+	cd test && $(GO) build -trimpath -o ../$(BIN)/carve-scale ./cmd/carve-scale
 
 ## demo: the main job on the embedded default: a local real cluster, carve-agent
 ##       on a simulated DGX H100 whose MIG operations take as long as on
@@ -163,12 +163,16 @@ $(BIN)/carve-scale: FORCE
 demo: build $(BIN)/carve-demo
 	$(BIN)/carve-demo --agent $(BIN)/carve-agent --profiles configs/examples/profiles.yaml --gpus sim:dgx-h100 --sim-latency realistic $(DEMO_FLAGS)
 
+# The test module's programs are built with -trimpath, as test/cluster
+# builds Kubernetes in the same module: the packages both use (client-go,
+# apimachinery, ...) are then compiled once into Go's build cache, not once
+# per set of flags.
 $(BIN)/carve-demo: FORCE
-	cd test && $(GO) build -o ../$(BIN)/carve-demo ./cmd/carve-demo
+	cd test && $(GO) build -trimpath -o ../$(BIN)/carve-demo ./cmd/carve-demo
 
 ## cluster-up / cluster-down: a local single-node Kubernetes to play with
 $(BIN)/carve-cluster: FORCE
-	cd test && $(GO) build -o ../$(BIN)/carve-cluster ./cluster/cmd/carve-cluster
+	cd test && $(GO) build -trimpath -o ../$(BIN)/carve-cluster ./cluster/cmd/carve-cluster
 
 cluster-up: $(BIN)/carve-cluster
 	$(BIN)/carve-cluster up -d
