@@ -130,38 +130,12 @@ func mustEncodeRecord(t *testing.T, r NodeRecord) string {
 // status and blocker, a GPU going whole (nil MIG target) and one going MIG
 // with no instances (empty target).
 func checkpointSeeds() []Checkpoint {
-	gpuOp := func(k OpKind) Op {
-		return Op{Kind: k, ProfileID: -1, GIID: -1, CIID: -1}
-	}
-	at := Placement{Start: 4, Size: 4}
 	return []Checkpoint{
 		{Profile: "p", Done: map[int]int{0: 2, 3: 1}},
 		{Profile: "balanced", ProfileHash: "abc",
 			Started: time.Date(2026, 3, 4, 5, 6, 7, 8, time.FixedZone("CET", 3600)),
 			Done:    map[int]int{0: 0, 1: 5, 7: 1},
-			Plan: NodePlan{GPUs: []GPUPlan{
-				{Index: 0, UUID: "GPU-0", Model: "H100-80GB", Mode: "enabled", PendingMode: "enabled",
-					Target: Target{MIG: map[string]int{"3g.40gb": 1, "1g.10gb": 2}},
-					Instances: []PlannedInstance{
-						{Profile: "1g.10gb", ProfileID: 0, Placement: Placement{Start: 0, Size: 1}, Status: StatusKept, GIID: 9, UUID: "MIG-9"},
-						{Profile: "1g.10gb", ProfileID: 0, Placement: Placement{Start: 1, Size: 1}, Status: StatusRepair, GIID: 10},
-						{Profile: "3g.40gb", ProfileID: 2, Placement: at, Status: StatusNew, GIID: -1},
-					},
-					Ops: []Op{
-						{Kind: OpDestroyCI, Profile: "2g.20gb", ProfileID: 1, Placement: at, GIID: 3, CIID: 0, UUID: "MIG-3"},
-						{Kind: OpDestroyGI, Profile: "2g.20gb", ProfileID: 1, Placement: at, GIID: 3, CIID: -1},
-						{Kind: OpCreateGI, Profile: "3g.40gb", ProfileID: 2, Placement: at, GIID: -1, CIID: -1},
-						{Kind: OpCreateCI, Profile: "3g.40gb", ProfileID: 2, Placement: at, GIID: -1, CIID: -1},
-					}},
-				{Index: 1, UUID: "GPU-1", Model: "A100-40GB", Mode: "disabled", PendingMode: "disabled",
-					Target:    Target{MIG: map[string]int{}},
-					Instances: []PlannedInstance{}, Ops: []Op{},
-					Blocked: []Blocker{{UUID: "GPU-1", GIID: -1, Reason: "in use; enabling MIG resets the GPU"}},
-					WouldDo: []Op{gpuOp(OpEnableMIG), gpuOp(OpResetGPU)}, NeedsReset: true},
-				{Index: 2, UUID: "GPU-2", Model: "H100-80GB", Mode: "enabled", PendingMode: "enabled",
-					Instances: []PlannedInstance{},
-					Ops:       []Op{gpuOp(OpDisableMIG), gpuOp(OpResetGPU)}, NeedsReset: true},
-			}}},
+			Plan:    goldenNodePlan()},
 	}
 }
 
