@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
@@ -124,6 +126,7 @@ func startAgent(t *testing.T, c *cluster.Cluster, m *sim.Machine, mod func(*agen
 		GPUs: m, DevicePluginDir: c.DevicePluginDir(), PodResourcesSocket: c.PodResourcesSocket(),
 		StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		DrainRetry: 2 * time.Second, PluginRetryInterval: time.Second,
+		Version: buildinfo.Info{Version: agentVersion, Revision: "e2e", GoVersion: runtime.Version()},
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -300,7 +303,8 @@ func TestAgentRealisesTheLabelledProfile(t *testing.T) {
 			t.Fatalf("carvectl status: want a header and one node row:\n%s", out)
 		}
 		row := strings.Fields(lines[1])
-		want := []string{c.NodeName(), "all-1g", "label", "all-1g", "all-1g", carvev1.StateSuccess, "-", "mig-1g.10gb=56"}
+		// NODE SELECTED "SELECTED BY" PINNED APPLIED STATE ROLLOUT VERSION RESOURCES
+		want := []string{c.NodeName(), "all-1g", "label", "all-1g", "all-1g", carvev1.StateSuccess, "-", agentVersion, "mig-1g.10gb=56"}
 		if len(row) < len(want) || !slices.Equal(row[:len(want)], want) {
 			t.Errorf("carvectl status row %q, want it to start %q", row, want)
 		}
