@@ -35,8 +35,9 @@ all: build
 
 ## build: compile carve-agent, carvectl and carve-probe into ./bin, stamped
 ##        with VERSION and REVISION (e.g. make build VERSION=v1.2.3)
+STAMP := -X github.com/carve-dev/carve/internal/buildinfo.version=$(VERSION) -X github.com/carve-dev/carve/internal/buildinfo.revision=$(REVISION)
 build:
-	$(GO) build -trimpath -ldflags "-X github.com/carve-dev/carve/internal/buildinfo.version=$(VERSION) -X github.com/carve-dev/carve/internal/buildinfo.revision=$(REVISION)" -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -ldflags "$(STAMP)" -o $(BIN)/ ./cmd/...
 
 ## lint: golangci-lint (.golangci.yml: go vet's checks and more, gofmt,
 ##       goimports) on the three modules (main, test/, release/), carve-agent also with its test-hook
@@ -160,14 +161,22 @@ $(BIN)/carve-scale: FORCE
 ##       on a simulated DGX H100 whose MIG operations take as long as on
 ##       hardware, the example profiles, whole GPUs -> balanced MIG ->
 ##       time-sliced (needs root; the first run builds Kubernetes)
-demo: build $(BIN)/carve-demo
+demo: $(BIN)/carve-agent $(BIN)/carve-demo
 	$(BIN)/carve-demo --agent $(BIN)/carve-agent --profiles configs/examples/profiles.yaml --gpus sim:dgx-h100 --sim-latency realistic $(DEMO_FLAGS)
 
 # The test module's programs are built with -trimpath, as test/cluster
 # builds Kubernetes in the same module: the packages both use (client-go,
 # apimachinery, ...) are then compiled once into Go's build cache, not once
 # per set of flags.
+# The demo needs carve-agent alone of carve's programs. Each build says
+# what it is first: a cold one compiles client-go and the Kubernetes
+# libraries for some minutes with no other output.
+$(BIN)/carve-agent: FORCE
+	@echo "building carve-agent (the first time a few minutes: client-go and the Kubernetes libraries)"
+	$(GO) build -trimpath -ldflags "$(STAMP)" -o $@ ./cmd/carve-agent
+
 $(BIN)/carve-demo: FORCE
+	@echo "building carve-demo (the first time a few minutes more; the demo then builds Kubernetes once)"
 	cd test && $(GO) build -trimpath -o ../$(BIN)/carve-demo ./cmd/carve-demo
 
 ## cluster-up / cluster-down: a local single-node Kubernetes to play with
