@@ -67,6 +67,8 @@ type Result struct {
 	Digest v1.Hash
 	// Images are the per-platform images, in Options.Platforms order.
 	Images []PlatformImage
+	// Lock is the base lock the images were built from.
+	Lock *debbase.Lock
 }
 
 // PlatformImage is one platform's image in a Result.
@@ -121,7 +123,7 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	defer func() { _ = os.RemoveAll(work) }()
 	meta := ociimage.Meta{Version: o.Version, Revision: o.Revision, Created: o.Created}
 	var imgs []ociimage.PlatformImage
-	r := &Result{Archive: o.Out, Ref: o.Repository + ":" + o.Version}
+	r := &Result{Archive: o.Out, Ref: o.Repository + ":" + o.Version, Lock: lock}
 	for _, plat := range o.Platforms {
 		pi, img, err := o.platformImage(ctx, plat, work, lock, lockData, meta)
 		if err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/carve-dev/carve/release/agentimage"
 	"github.com/carve-dev/carve/release/chart"
-	"github.com/carve-dev/carve/release/debbase"
 	"github.com/carve-dev/carve/release/gobuild"
 	"github.com/carve-dev/carve/release/sbom"
 	"github.com/carve-dev/carve/release/sums"
@@ -133,12 +132,11 @@ func (c Config) cliArchives(ctx context.Context, res *Result) error {
 		if err := os.MkdirAll(stage, 0o755); err != nil {
 			return fmt.Errorf("carvectl archive %s: %w", plat, err)
 		}
-		src := filepath.Join(res.Binaries[plat], "carvectl")
+		data, err := os.ReadFile(filepath.Join(res.Binaries[plat], "carvectl"))
+		if err != nil {
+			return fmt.Errorf("carvectl archive %s: %w", plat, err)
+		}
 		for _, name := range []string{"carvectl", "kubectl-carve"} {
-			data, err := os.ReadFile(src)
-			if err != nil {
-				return fmt.Errorf("carvectl archive %s: %w", plat, err)
-			}
 			if err := os.WriteFile(filepath.Join(stage, name), data, 0o755); err != nil {
 				return fmt.Errorf("carvectl archive %s: %w", plat, err)
 			}
@@ -178,14 +176,6 @@ func (c Config) binarySBOMs(_ context.Context, res *Result) error {
 
 // imageSBOMs writes carve-agent_VERSION_OS_ARCH.image.cdx.json per platform.
 func (c Config) imageSBOMs(_ context.Context, res *Result) error {
-	lockPath := c.Lock
-	if lockPath == "" {
-		lockPath = filepath.Join(c.Source, agentimage.LockFile)
-	}
-	lock, _, err := debbase.ReadLock(lockPath)
-	if err != nil {
-		return err
-	}
 	for _, pi := range res.Image.Images {
 		goos, goarch, _ := gobuild.Platform(pi.Platform)
 		var bins []sbom.ImageBinary
@@ -195,7 +185,7 @@ func (c Config) imageSBOMs(_ context.Context, res *Result) error {
 		}
 		data, err := sbom.Image(sbom.ImageInput{
 			Repository: agentimage.Repository, Version: c.Version, Digest: pi.Digest.String(),
-			OS: goos, Arch: goarch, Lock: lock, Binaries: bins, Created: c.created(), Tool: c.Tool,
+			OS: goos, Arch: goarch, Lock: res.Image.Lock, Binaries: bins, Created: c.created(), Tool: c.Tool,
 		})
 		if err != nil {
 			return err
