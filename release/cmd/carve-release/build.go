@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,17 +15,10 @@ import (
 )
 
 func cmdBuild(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("carve-release build", flag.ContinueOnError)
-	var f buildFlags
-	f.register(fs, true)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	c, err := f.config(ctx)
+	f, c, err := parseBuildFlags(ctx, "build", true, args, stdout)
 	if err != nil {
 		return err
 	}
-	c.Log = stdout
 	start := time.Now()
 	res, err := pipeline.Run(ctx, c)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,17 +20,10 @@ import (
 // anew, into a temporary directory, and fails unless both SHA256SUMS are
 // the same.
 func cmdCheck(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("carve-release check", flag.ContinueOnError)
-	var f buildFlags
-	f.register(fs, false)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	c, err := f.config(ctx)
+	_, c, err := parseBuildFlags(ctx, "check", false, args, stdout)
 	if err != nil {
 		return err
 	}
-	c.Log = stdout
 	start := time.Now()
 	res, err := pipeline.Run(ctx, c)
 	if err != nil {

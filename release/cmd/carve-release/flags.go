@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -35,6 +36,21 @@ func (f *buildFlags) register(fs *flag.FlagSet, full bool) {
 	if full {
 		fs.BoolVar(&f.full, "full", false, "both architectures, carvectl for linux and darwin, arm64 run under qemu")
 	}
+}
+
+// parseBuildFlags parses the flags of carve-release's command name (build,
+// with --full when full, or check) and resolves them into a pipeline config
+// that logs to stdout.
+func parseBuildFlags(ctx context.Context, name string, full bool, args []string, stdout io.Writer) (buildFlags, pipeline.Config, error) {
+	fs := flag.NewFlagSet("carve-release "+name, flag.ContinueOnError)
+	var f buildFlags
+	f.register(fs, full)
+	if err := fs.Parse(args); err != nil {
+		return f, pipeline.Config{}, err
+	}
+	c, err := f.config(ctx)
+	c.Log = stdout
+	return f, c, err
 }
 
 // config resolves the flags' defaults from git into a pipeline config.
