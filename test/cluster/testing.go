@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -43,9 +44,8 @@ func skipReason(env string, unavailable error) (reason string, fail bool) {
 func ForTest(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	skipUnlessPossible(t)
-	lw := &testLogWriter{t: t}
 	if opts.Log == nil {
-		opts.Log = lw
+		opts.Log = TestLog(t)
 	}
 	opts.HandleSignals = true
 	if os.Getenv("CARVE_E2E_KEEP") != "" {
@@ -66,7 +66,6 @@ func ForTest(t testing.TB, opts Options) *Cluster {
 		if err := c.Stop(); err != nil {
 			t.Errorf("stop cluster: %v", err)
 		}
-		lw.close()
 	})
 	return c
 }
@@ -171,6 +170,16 @@ func (s *Suite) Run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// TestLog returns a writer that sends each line to t's log until the test
+// and its cleanups registered after this call are over, and to stderr
+// after that (t.Log then panics).
+func TestLog(t testing.TB) io.Writer {
+	t.Helper()
+	w := &testLogWriter{t: t}
+	t.Cleanup(w.close)
+	return w
 }
 
 // testLogWriter sends progress lines to t.Log until the test is over, and

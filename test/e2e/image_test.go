@@ -44,7 +44,7 @@ func importAgentImage(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 		Revision:   "e2e",
 		Repository: agentRepository,
 		Out:        filepath.Join(t.TempDir(), "carve-agent.oci.tar"),
-		Log:        testLogWriter{t},
+		Log:        cluster.TestLog(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -163,13 +163,4 @@ func imageFiles(img v1.Image, paths []string) (map[string][]byte, error) {
 		}
 		files["/"+name] = buf.Bytes()
 	}
-}
-
-// testLogWriter writes each line to the test's log.
-type testLogWriter struct{ t *testing.T }
-
-func (w testLogWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
