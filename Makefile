@@ -165,19 +165,17 @@ demo: $(BIN)/carve-agent $(BIN)/carve-demo
 	$(BIN)/carve-demo --agent $(BIN)/carve-agent --profiles configs/examples/profiles.yaml --gpus sim:dgx-h100 --sim-latency realistic $(DEMO_FLAGS)
 
 # The test module's programs are built with -trimpath, as test/cluster
-# builds Kubernetes in the same module: the packages both use (client-go,
-# apimachinery, ...) are then compiled once into Go's build cache, not once
-# per set of flags.
-# The demo needs carve-agent alone of carve's programs. Each build says
-# what it is first: a cold one compiles client-go and the Kubernetes
-# libraries for some minutes with no other output.
+# builds Kubernetes in the same module, and the main module's dependencies
+# have the versions the test module selects (a test in test/cluster checks
+# it): the packages all of them use (client-go, apimachinery, grpc, ...)
+# are then compiled once into Go's build cache, not once per program.
+# The demo needs carve-agent alone of carve's programs. scripts/gobuild
+# says what it builds and, on a cold cache, how far it is every 20 s.
 $(BIN)/carve-agent: FORCE
-	@echo "building carve-agent (the first time a few minutes: client-go and the Kubernetes libraries)"
-	$(GO) build -trimpath -ldflags "$(STAMP)" -o $@ ./cmd/carve-agent
+	@GO=$(GO) scripts/gobuild $@ ./cmd/carve-agent -trimpath -ldflags "$(STAMP)"
 
 $(BIN)/carve-demo: FORCE
-	@echo "building carve-demo (the first time a few minutes more; the demo then builds Kubernetes once)"
-	cd test && $(GO) build -trimpath -o ../$(BIN)/carve-demo ./cmd/carve-demo
+	@cd test && GO=$(GO) ../scripts/gobuild ../$@ ./cmd/carve-demo -trimpath
 
 ## cluster-up / cluster-down: a local single-node Kubernetes to play with
 $(BIN)/carve-cluster: FORCE

@@ -18,7 +18,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/carve-dev/carve/test/harness"
+	"github.com/carve-dev/carve/test/chartrender"
 )
 
 const (
@@ -81,7 +81,7 @@ func readValues(t *testing.T, name string) map[string]any {
 // --namespace carve-system --kube-version 1.37.2 --api-versions ...` does,
 // schema validation included, and returns the objects in Helm's order.
 func render(ch *chartv2.Chart, vals map[string]any) ([]*unstructured.Unstructured, error) {
-	return harness.RenderChart(ch, vals, harness.ChartRelease{Name: releaseName, Namespace: namespace, KubeVersion: kubeVersion, APIVersions: monitoringAPIs()})
+	return chartrender.Render(ch, vals, chartrender.Release{Name: releaseName, Namespace: namespace, KubeVersion: kubeVersion, APIVersions: monitoringAPIs()})
 }
 
 // mustRender is render that fails the test on an error.

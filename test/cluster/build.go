@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"context"
+	_ "embed" // kubeMainSource
 	"fmt"
 	"io"
 	"os"
@@ -15,13 +16,12 @@ import (
 )
 
 // testModule is the module path of carve's test module, whose go.mod pins
-// k8s.io/kubernetes (and its staging modules) and lists the programs built
-// here as tools.
+// k8s.io/kubernetes (and its staging modules) and lists kubectl as a tool.
 const testModule = "github.com/carve-dev/carve/test"
 
 // buildRecipe changes whenever the way the binaries are built changes, so
 // that caches made by an older recipe are rebuilt.
-const buildRecipe = "4"
+const buildRecipe = "5"
 
 // Component names, also the names of their binaries and log files.
 const (
@@ -33,22 +33,46 @@ const (
 	compKubelet    = "kubelet"
 )
 
-// kubectlBinary is the name of the kubectl binary built with the components.
+// kubeBinary is the multi-call binary that holds the Kubernetes components
+// (see cmd/kube); each component's name is a symbolic link to it.
+const kubeBinary = "kube"
+
+// kubeMainPackage is the multi-call binary's main package in the test
+// module; a module generated for another release holds a copy of it as
+// kubeMainDir (see writeBuildModule).
+const (
+	kubeMainPackage = testModule + "/cluster/cmd/kube"
+	kubeMainDir     = "kube"
+)
+
+// kubeBuildTag is the build tag without which the multi-call binary's
+// package has no files, so that ./... leaves Kubernetes out.
+const kubeBuildTag = "carve_kube"
+
+// kubeMainSource is the multi-call binary's source, copied into the module
+// generated for a release other than DefaultKubernetesVersion.
+//
+//go:embed cmd/kube/main.go
+var kubeMainSource []byte
+
+// kubectlBinary is the name of the kubectl binary, built apart from the
+// components and only when a caller asks for it (EnsureKubectl).
 const kubectlBinary = "kubectl"
 
-// kubeBinaries are the programs built from k8s.io/kubernetes.
-func kubeBinaries() []string {
-	return []string{compAPIServer, compCM, compScheduler, compKubelet, kubectlBinary}
+// kubeComponents are the Kubernetes components the cluster runs, the
+// names the multi-call binary answers to.
+func kubeComponents() []string {
+	return []string{compAPIServer, compCM, compScheduler, compKubelet}
 }
 
-// Binaries are the paths of the Kubernetes binaries.
+// Binaries are the paths of the Kubernetes components: links, in Dir, to
+// one multi-call binary.
 type Binaries struct {
 	Dir               string
 	KubeAPIServer     string
 	KubeControllerMgr string
 	KubeScheduler     string
 	Kubelet           string
-	Kubectl           string
 }
 
 // DefaultCacheDir is where built binaries and the test image are kept:
@@ -65,9 +89,9 @@ func DefaultCacheDir() (string, error) {
 	return filepath.Join(d, "carve-cluster"), nil
 }
 
-// EnsureBinaries returns the Kubernetes binaries (the components and kubectl) for
-// KubernetesVersion(), building them first unless cacheDir already holds them.
-// srcDir is the test module's directory; when empty it is searched for (see
+// EnsureBinaries returns the Kubernetes components of KubernetesVersion(),
+// building them first unless cacheDir already holds them. srcDir is the
+// test module's directory; when empty it is searched for (see
 // FindSourceDir). The build takes several minutes on a small machine and is
 // done once per version; concurrent callers wait for one build.
 func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string) (Binaries, error) {
@@ -83,18 +107,39 @@ func EnsureBinaries(ctx context.Context, log io.Writer, cacheDir, srcDir string)
 		KubeControllerMgr: filepath.Join(binDir, compCM),
 		KubeScheduler:     filepath.Join(binDir, compScheduler),
 		Kubelet:           filepath.Join(binDir, compKubelet),
-		Kubectl:           filepath.Join(binDir, kubectlBinary),
 	}
 	err := ensureBuilt(ctx, log, cachedBuild{
 		what:  "Kubernetes " + version + " components",
 		dir:   dir,
 		stamp: buildStamp(version),
-		bins:  kubeBinaries(),
+		bins:  append([]string{kubeBinary}, kubeComponents()...),
 		build: func(ctx context.Context, outDir string) error {
-			return buildKubernetesRelease(ctx, log, srcDir, filepath.Join(dir, "src"), outDir, version)
+			return buildKubernetesRelease(ctx, log, srcDir, filepath.Join(dir, "src"), outDir, version, false)
 		},
 	})
 	return bins, err
+}
+
+// EnsureKubectl returns the path of kubectl of KubernetesVersion(),
+// building it first (a few minutes more than the components) unless
+// cacheDir already holds it. The cluster itself does not need it, so
+// neither the demo nor Start builds it.
+func EnsureKubectl(ctx context.Context, log io.Writer, cacheDir, srcDir string) (string, error) {
+	version := KubernetesVersion()
+	if err := CheckVersion(version); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cacheDir, version, kubectlBinary)
+	err := ensureBuilt(ctx, log, cachedBuild{
+		what:  "kubectl " + version,
+		dir:   dir,
+		stamp: buildStamp(version),
+		bins:  []string{kubectlBinary},
+		build: func(ctx context.Context, outDir string) error {
+			return buildKubernetesRelease(ctx, log, srcDir, filepath.Join(dir, "src"), outDir, version, true)
+		},
+	})
+	return filepath.Join(dir, "bin", kubectlBinary), err
 }
 
 // cachedBuild is a set of programs built once into a cache directory.
@@ -162,10 +207,11 @@ func ensureBuilt(ctx context.Context, log io.Writer, b cachedBuild) error {
 	return nil
 }
 
-// buildKubernetesRelease builds the Kubernetes binaries of version into
-// outDir: from the test module at srcDir (found when empty) for
-// DefaultKubernetesVersion, else from a module generated in genDir.
-func buildKubernetesRelease(ctx context.Context, log io.Writer, srcDir, genDir, outDir, version string) error {
+// buildKubernetesRelease builds the Kubernetes components of version
+// (kubectl instead when kubectl is set) into outDir: from the test module
+// at srcDir (found when empty) for DefaultKubernetesVersion, else from a
+// module generated in genDir.
+func buildKubernetesRelease(ctx context.Context, log io.Writer, srcDir, genDir, outDir, version string, kubectl bool) error {
 	goTool, err := findGo()
 	if err != nil {
 		return err
@@ -175,28 +221,37 @@ func buildKubernetesRelease(ctx context.Context, log io.Writer, srcDir, genDir, 
 			return err
 		}
 	}
-	if srcDir, err = buildModuleDir(ctx, goTool, srcDir, genDir, version); err != nil {
+	mod, err := moduleFor(ctx, goTool, srcDir, genDir, version, kubectl)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "building Kubernetes %s (%s) in %s; the first build takes several minutes\n",
-		version, strings.Join(kubeBinaries(), ", "), srcDir)
-	return buildKubernetes(ctx, log, goTool, srcDir, outDir, version, buildHeartbeat)
+	b := goBuild{what: "Kubernetes " + version, dir: mod.dir, ldflags: buildLDFlags(version)}
+	if kubectl {
+		b.what = "kubectl " + version
+		b.mains = map[string]string{"k8s.io/kubernetes/cmd/kubectl": kubectlBinary}
+		fmt.Fprintf(log, "building kubectl %s in %s; the first build takes a few minutes\n", version, mod.dir)
+		return runGoBuild(ctx, log, goTool, b, outDir, buildHeartbeat)
+	}
+	b.mains = map[string]string{mod.kubeMain: kubeBinary}
+	b.tags = kubeBuildTag
+	fmt.Fprintf(log, "building Kubernetes %s (%s, one binary) in %s; the first build takes several minutes\n",
+		version, strings.Join(kubeComponents(), ", "), mod.dir)
+	return buildKubernetes(ctx, log, goTool, b, outDir, buildHeartbeat)
 }
 
-// buildKubernetes builds the Kubernetes binaries into outDir with one
-// `go build -v` in the module at srcDir, reporting progress to log (see
-// runGoBuild).
-func buildKubernetes(ctx context.Context, log io.Writer, goTool, srcDir, outDir, version string, interval time.Duration) error {
-	mains := map[string]string{}
-	for _, b := range kubeBinaries() {
-		mains["k8s.io/kubernetes/cmd/"+b] = b
+// buildKubernetes builds the multi-call binary of the components into
+// outDir with one `go build -v` (see runGoBuild), reporting progress to log,
+// and links each component's name to it.
+func buildKubernetes(ctx context.Context, log io.Writer, goTool string, b goBuild, outDir string, interval time.Duration) error {
+	if err := runGoBuild(ctx, log, goTool, b, outDir, interval); err != nil {
+		return err
 	}
-	return runGoBuild(ctx, log, goTool, goBuild{
-		what:    "Kubernetes " + version,
-		dir:     srcDir,
-		mains:   mains,
-		ldflags: buildLDFlags(version),
-	}, outDir, interval)
+	for _, name := range kubeComponents() {
+		if err := os.Symlink(kubeBinary, filepath.Join(outDir, name)); err != nil {
+			return fmt.Errorf("link %s to the multi-call binary %s: %w", name, kubeBinary, err)
+		}
+	}
+	return nil
 }
 
 // goBuild is one `go build` of main packages.

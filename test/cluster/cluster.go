@@ -206,7 +206,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.bins, err = EnsureBinaries(ctx, c.logw, opts.CacheDir, opts.SourceDir); err != nil {
 		return nil, err
 	}
-	if c.ctrd, err = EnsureContainerd(ctx, c.logw, opts.CacheDir); err != nil {
+	if c.ctrd, err = EnsureContainerd(ctx, c.logw, opts.CacheDir, opts.SourceDir); err != nil {
 		return nil, err
 	}
 	if c.image, err = ensureImage(ctx, opts.CacheDir, c.tools.Busybox); err != nil {

@@ -163,7 +163,7 @@ func fakeGo(t *testing.T, failBuild string) string {
 case "$1" in
 list)
 	printf 'unsafe\nfmt\nk8s.io/a\n'
-	for b in ` + strings.Join(kubeBinaries(), " ") + `; do echo "k8s.io/kubernetes/cmd/$b"; done
+	echo "` + kubeMainPackage + `"
 	;;
 build)
 	[ "$2" = -v ] || { echo "fake go: want -v first, got $2" >&2; exit 3; }
@@ -177,7 +177,7 @@ build)
 	echo fmt >&2
 	echo k8s.io/a >&2
 	sleep 0.2
-	for b in ` + strings.Join(kubeBinaries(), " ") + `; do echo "k8s.io/kubernetes/cmd/$b" >&2; : > "$out$b"; done
+	echo "` + kubeMainPackage + `" >&2; : > "${out}` + kubeBinary + `"
 	sleep 0.2
 	` + failBuild + `
 	;;
@@ -198,7 +198,7 @@ func TestBuildKubernetesReportsProgress(t *testing.T) {
 	goTool := fakeGo(t, "true")
 	out := t.TempDir()
 	log := &lockedBuffer{}
-	if err := buildKubernetes(context.Background(), log, goTool, t.TempDir(), out, DefaultKubernetesVersion, 50*time.Millisecond); err != nil {
+	if err := buildKubernetes(context.Background(), log, goTool, fakeKubeBuild(t), out, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	got := log.String()
@@ -207,25 +207,37 @@ func TestBuildKubernetesReportsProgress(t *testing.T) {
 		"  downloading modules (first k8s.io/a v1.0.0)\n",
 		"  still building Kubernetes " + DefaultKubernetesVersion + ": ",
 		", linking\n",
-		"  compiled 7 packages\n",
+		"  compiled 3 packages\n",
+		"  " + kubeBinary + ": compiling its main package, then linking (",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("log lacks %q:\n%s", want, got)
 		}
 	}
-	for _, b := range kubeBinaries() {
-		if !strings.Contains(got, "  "+b+": compiling its main package, then linking (") {
-			t.Errorf("log lacks the line for %s:\n%s", b, got)
+	// Every component's name runs the one binary.
+	for _, name := range kubeComponents() {
+		target, err := os.Readlink(filepath.Join(out, name))
+		if err != nil || target != kubeBinary {
+			t.Errorf("%s links to %q (%v), want %s", name, target, err, kubeBinary)
 		}
-		if _, err := os.Stat(filepath.Join(out, b)); err != nil {
-			t.Errorf("binary %s: %v", b, err)
-		}
+	}
+}
+
+// fakeKubeBuild is the build of the components that buildKubernetesRelease
+// makes for DefaultKubernetesVersion, in a directory of its own.
+func fakeKubeBuild(t *testing.T) goBuild {
+	return goBuild{
+		what:    "Kubernetes " + DefaultKubernetesVersion,
+		dir:     t.TempDir(),
+		mains:   map[string]string{kubeMainPackage: kubeBinary},
+		tags:    kubeBuildTag,
+		ldflags: buildLDFlags(DefaultKubernetesVersion),
 	}
 }
 
 func TestBuildKubernetesFailureShowsCompilerOutput(t *testing.T) {
 	goTool := fakeGo(t, `echo "# k8s.io/a" >&2; echo "a.go:1:2: undefined: x" >&2; exit 1`)
-	err := buildKubernetes(context.Background(), &lockedBuffer{}, goTool, t.TempDir(), t.TempDir(), DefaultKubernetesVersion, time.Hour)
+	err := buildKubernetes(context.Background(), &lockedBuffer{}, goTool, fakeKubeBuild(t), t.TempDir(), time.Hour)
 	if err == nil {
 		t.Fatal("the build failed but buildKubernetes did not")
 	}
@@ -233,7 +245,7 @@ func TestBuildKubernetesFailureShowsCompilerOutput(t *testing.T) {
 	if !strings.Contains(msg, "# k8s.io/a\na.go:1:2: undefined: x") {
 		t.Errorf("error lacks the compiler output: %v", err)
 	}
-	if strings.Contains(msg, "\nfmt\n") || strings.Contains(msg, "k8s.io/kubernetes/cmd/kubectl") {
+	if strings.Contains(msg, "\nfmt\n") || strings.Contains(msg, kubeMainPackage) {
 		t.Errorf("error lists compiled packages: %v", err)
 	}
 }

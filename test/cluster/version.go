@@ -60,40 +60,60 @@ func stagingVersion(v string) string {
 	return "v0" + strings.TrimPrefix(v, "v1")
 }
 
-// buildModuleDir returns the module directory to build version from: the
-// test module at srcDir for DefaultKubernetesVersion, else a module made
-// for version under dir (see writeBuildModule).
-func buildModuleDir(ctx context.Context, goTool, srcDir, dir, version string) (string, error) {
-	if version == DefaultKubernetesVersion {
-		return srcDir, nil
-	}
-	if err := writeBuildModule(ctx, goTool, dir, version); err != nil {
-		return "", fmt.Errorf("prepare a module to build Kubernetes %s: %w", version, err)
-	}
-	return dir, nil
+// buildModule is the module a Kubernetes release is built in.
+type buildModule struct {
+	dir      string // the module's directory
+	kubeMain string // the import path of the components' multi-call main package
 }
 
-// writeBuildModule writes, into dir, a module whose only content is a
-// go.mod that requires k8s.io/kubernetes at version, pins each of its
-// staging modules to the matching published release (the replace
-// directives of its own go.mod point into its source tree, which do not
-// apply to a module that depends on it), keeps its godebug defaults, and
-// lists the binaries as tools; then resolves it with go mod tidy.
-func writeBuildModule(ctx context.Context, goTool, dir, version string) error {
+// moduleFor returns the module to build version from: the test module at
+// srcDir for DefaultKubernetesVersion, else a module made for version under
+// dir (see writeBuildModule), with kubectl as its tool or, unless kubectl,
+// a copy of the multi-call main package.
+func moduleFor(ctx context.Context, goTool, srcDir, dir, version string, kubectl bool) (buildModule, error) {
+	if version == DefaultKubernetesVersion {
+		return buildModule{dir: srcDir, kubeMain: kubeMainPackage}, nil
+	}
+	if err := writeBuildModule(ctx, goTool, dir, version, kubectl); err != nil {
+		return buildModule{}, fmt.Errorf("prepare a module to build Kubernetes %s: %w", version, err)
+	}
+	return buildModule{dir: dir, kubeMain: generatedModule + "/" + kubeMainDir}, nil
+}
+
+// generatedModule is the module path of a module generated to build a
+// Kubernetes release other than DefaultKubernetesVersion.
+const generatedModule = "carve.dev/kubernetes-build"
+
+// writeBuildModule writes, into dir, a module that requires
+// k8s.io/kubernetes at version, pins each of its staging modules to the
+// matching published release (the replace directives of its own go.mod
+// point into its source tree, which do not apply to a module that depends
+// on it) and keeps its godebug defaults; it lists kubectl as a tool when
+// kubectl is set, else holds the multi-call main package. It is then
+// resolved with go mod tidy.
+func writeBuildModule(ctx context.Context, goTool, dir, version string, kubectl bool) error {
 	upstream, err := downloadGoMod(ctx, goTool, "k8s.io/kubernetes@"+version)
 	if err != nil {
 		return err
 	}
-	mod, err := buildGoMod(upstream, version)
+	var tools []string
+	files := map[string][]byte{}
+	if kubectl {
+		tools = []string{"k8s.io/kubernetes/cmd/" + kubectlBinary}
+	} else {
+		files[filepath.Join(kubeMainDir, "main.go")] = kubeMainSource
+	}
+	mod, err := buildGoMod(upstream, version, tools)
 	if err != nil {
 		return err
 	}
-	return writeGeneratedModule(ctx, goTool, dir, mod)
+	return writeGeneratedModule(ctx, goTool, dir, mod, files)
 }
 
-// writeGeneratedModule makes dir a module with the go.mod mod and no other
-// file of its own (an old go.sum is removed), resolved with go mod tidy.
-func writeGeneratedModule(ctx context.Context, goTool, dir string, mod []byte) error {
+// writeGeneratedModule makes dir a module with the go.mod mod and the
+// files (relative path -> content), and no other file of its own (an old
+// go.sum is removed), resolved with go mod tidy.
+func writeGeneratedModule(ctx context.Context, goTool, dir string, mod []byte, files map[string][]byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -102,8 +122,15 @@ func writeGeneratedModule(ctx context.Context, goTool, dir string, mod []byte) e
 			return fmt.Errorf("remove the old %s: %w", stale, err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), mod, 0o644); err != nil {
-		return fmt.Errorf("write go.mod: %w", err)
+	files["go.mod"] = mod
+	for name, data := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", filepath.Dir(path), err)
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 	}
 	tidy := exec.CommandContext(ctx, goTool, "mod", "tidy")
 	tidy.Dir = dir
@@ -139,8 +166,9 @@ func downloadGoMod(ctx context.Context, goTool, module string) ([]byte, error) {
 }
 
 // buildGoMod is the go.mod of the module that builds release version, from
-// k8s.io/kubernetes's own go.mod (upstream).
-func buildGoMod(upstream []byte, version string) ([]byte, error) {
+// k8s.io/kubernetes's own go.mod (upstream), listing tools (main packages)
+// as tools.
+func buildGoMod(upstream []byte, version string, tools []string) ([]byte, error) {
 	var goLine, godebug string
 	var staging []string
 	sc := bufio.NewScanner(bytes.NewReader(upstream))
@@ -161,15 +189,14 @@ func buildGoMod(upstream []byte, version string) ([]byte, error) {
 		return nil, fmt.Errorf("the go.mod of k8s.io/kubernetes %s has no go directive or no staging modules", version)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "// Generated by carve's test/cluster to build Kubernetes %s.\nmodule carve.dev/kubernetes-build\n\n%s\n", version, goLine)
+	fmt.Fprintf(&b, "// Generated by carve's test/cluster to build Kubernetes %s.\nmodule %s\n\n%s\n", version, generatedModule, goLine)
 	if godebug != "" {
 		fmt.Fprintf(&b, "\n%s\n", godebug)
 	}
-	b.WriteString("\ntool (\n")
-	for _, bin := range kubeBinaries() {
-		fmt.Fprintf(&b, "\tk8s.io/kubernetes/cmd/%s\n", bin)
+	if len(tools) > 0 {
+		fmt.Fprintf(&b, "\ntool (\n\t%s\n)\n", strings.Join(tools, "\n\t"))
 	}
-	fmt.Fprintf(&b, ")\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n", version)
+	fmt.Fprintf(&b, "\nrequire k8s.io/kubernetes %s\n\nreplace (\n", version)
 	for _, m := range staging {
 		fmt.Fprintf(&b, "\t%s => %s %s\n", m, m, stagingVersion(version))
 	}

@@ -48,7 +48,7 @@ func TestKubernetesVersionFromEnv(t *testing.T) {
 
 // TestBuildGoMod: the generated module keeps upstream's go and godebug
 // lines, pins exactly the staging modules upstream replaces (to v0.X.Y),
-// and lists the binaries as tools.
+// and lists the tools it is given.
 func TestBuildGoMod(t *testing.T) {
 	upstream := `module k8s.io/kubernetes
 
@@ -68,7 +68,7 @@ replace (
 
 replace github.com/example/fork => github.com/example/fork v1.0.0
 `
-	got, err := buildGoMod([]byte(upstream), "v1.34.4")
+	got, err := buildGoMod([]byte(upstream), "v1.34.4", []string{"k8s.io/kubernetes/cmd/kubectl"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +80,6 @@ go 1.24.0
 godebug default=go1.24
 
 tool (
-	k8s.io/kubernetes/cmd/kube-apiserver
-	k8s.io/kubernetes/cmd/kube-controller-manager
-	k8s.io/kubernetes/cmd/kube-scheduler
-	k8s.io/kubernetes/cmd/kubelet
 	k8s.io/kubernetes/cmd/kubectl
 )
 
@@ -97,7 +93,7 @@ replace (
 	if diff := cmp.Diff(want, string(got)); diff != "" {
 		t.Errorf("go.mod (-want +got):\n%s", diff)
 	}
-	if _, err := buildGoMod([]byte("module k8s.io/kubernetes\n"), "v1.34.4"); err == nil {
+	if _, err := buildGoMod([]byte("module k8s.io/kubernetes\n"), "v1.34.4", nil); err == nil {
 		t.Error("buildGoMod accepted a go.mod with no go directive and no staging modules")
 	}
 }

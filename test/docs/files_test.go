@@ -11,6 +11,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/carve-dev/carve/configs/nvimport"
+	"github.com/carve-dev/carve/test/chartrender"
 	"github.com/carve-dev/carve/test/harness"
 )
 
@@ -109,8 +110,8 @@ func TestValuesSnippets(t *testing.T) {
 			continue
 		}
 		// The monitoring objects need the Prometheus Operator's API.
-		release := harness.ChartRelease{Name: "carve", Namespace: "carve-system", KubeVersion: "1.37.2", APIVersions: []string{"monitoring.coreos.com/v1"}}
-		if _, err := harness.RenderChart(ch, vals, release); err != nil {
+		release := chartrender.Release{Name: "carve", Namespace: "carve-system", KubeVersion: "1.37.2", APIVersions: []string{"monitoring.coreos.com/v1"}}
+		if _, err := chartrender.Render(ch, vals, release); err != nil {
 			t.Errorf("%s: helm template with these values: %v", s.where, err)
 		}
 	}

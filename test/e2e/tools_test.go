@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"io"
 	"os/exec"
 	"testing"
 
@@ -40,18 +39,18 @@ func buildCarvectl(ctx context.Context, t *testing.T) string {
 	return bin
 }
 
-// kubectlPath returns the kubectl the test cluster was built with.
+// kubectlPath returns kubectl of the test cluster's Kubernetes release,
+// building it the first time (a few minutes; the build's progress goes to
+// the test's log).
 func kubectlPath(ctx context.Context, t *testing.T) string {
 	t.Helper()
 	cacheDir, err := cluster.DefaultCacheDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The cluster's binaries are built before any test runs: this only
-	// finds them.
-	bins, err := cluster.EnsureBinaries(ctx, io.Discard, cacheDir, "")
+	kubectl, err := cluster.EnsureKubectl(ctx, cluster.TestLog(t), cacheDir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bins.Kubectl
+	return kubectl
 }

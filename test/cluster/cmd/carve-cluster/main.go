@@ -28,10 +28,11 @@ commands:
   env      print 'export KUBECONFIG=...' for the running cluster
            (use: eval "$(carve-cluster env)")
   status   show the running cluster
-  kubectl  run kubectl %s against the running cluster
+  kubectl  run kubectl %s against the running cluster (built the
+           first time it is needed)
   down     stop the running cluster and clean up after a crashed one
   build    install host packages, build the Kubernetes binaries,
-           containerd and the image, without starting anything
+           kubectl, containerd and the image, without starting anything
 
 Run 'carve-cluster <command> -h' for the flags of a command.
 `
@@ -312,7 +313,11 @@ func kubectl(args []string) error {
 	if err != nil {
 		return err
 	}
-	bin := filepath.Join(cacheDir, cluster.KubernetesVersion(), "bin", "kubectl")
+	// The first time, kubectl is built (its progress on stderr).
+	bin, err := cluster.EnsureKubectl(context.Background(), os.Stderr, cacheDir, "")
+	if err != nil {
+		return err
+	}
 	// In the foreground, kubectl gets the terminal's signals itself.
 	cmd := exec.Command(bin, args...) //nolint:noctx // see above
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+info.Kubeconfig)
@@ -379,13 +384,17 @@ func build(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctrd, err := cluster.EnsureContainerd(ctx, os.Stderr, cacheDir)
+	kubectl, err := cluster.EnsureKubectl(ctx, os.Stderr, cacheDir, "")
+	if err != nil {
+		return err
+	}
+	ctrd, err := cluster.EnsureContainerd(ctx, os.Stderr, cacheDir, "")
 	if err != nil {
 		return err
 	}
 	if err := cluster.EnsureImage(ctx, cacheDir, tools.Busybox); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "carve-cluster: host tools present, binaries in %s and %s, image %s cached\n", bins.Dir, ctrd.Dir, cluster.BusyboxImage)
+	fmt.Fprintf(os.Stderr, "carve-cluster: host tools present, binaries in %s and %s, %s, image %s cached\n", bins.Dir, ctrd.Dir, kubectl, cluster.BusyboxImage)
 	return nil
 }

@@ -1,4 +1,7 @@
-package harness
+// Package chartrender renders a Helm chart as `helm template` does, with
+// Helm's own Go packages. It is apart from the harness so that programs
+// built on the harness (carve-demo) do not compile Helm.
+package chartrender
 
 import (
 	"fmt"
@@ -9,20 +12,22 @@ import (
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/carve-dev/carve/test/harness"
 )
 
-// ChartRelease is what RenderChart renders a chart as: the release's name
+// Release is what Render renders a chart as: the release's name
 // and namespace, the Kubernetes version, and the API versions the cluster
 // is told it has (`helm template --api-versions`).
-type ChartRelease struct {
+type Release struct {
 	Name, Namespace, KubeVersion string
 	APIVersions                  []string
 }
 
-// RenderChart renders ch with vals as `helm template NAME CHART --namespace
+// Render renders ch with vals as `helm template NAME CHART --namespace
 // NAMESPACE --kube-version VERSION --api-versions ...` does, the values
 // schema included, and returns the objects in Helm's order.
-func RenderChart(ch *chartv2.Chart, vals map[string]any, r ChartRelease) ([]*unstructured.Unstructured, error) {
+func Render(ch *chartv2.Chart, vals map[string]any, r Release) ([]*unstructured.Unstructured, error) {
 	install := action.NewInstall(action.NewConfiguration(action.ConfigurationSetLogger(slog.DiscardHandler)))
 	install.DryRunStrategy = action.DryRunClient
 	install.Replace = true
@@ -41,5 +46,5 @@ func RenderChart(ch *chartv2.Chart, vals map[string]any, r ChartRelease) ([]*uns
 	if !ok {
 		return nil, fmt.Errorf("render %s: release of type %T", ch.Name(), rel)
 	}
-	return DecodeObjects([]byte(out.Manifest))
+	return harness.DecodeObjects([]byte(out.Manifest))
 }
