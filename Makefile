@@ -155,7 +155,7 @@ scale: $(BIN)/carve-scale
 	$(BIN)/carve-scale --write docs/scale.md $(SCALE_FLAGS)
 
 $(BIN)/carve-scale: FORCE
-	cd test && $(GO) build -trimpath -o ../$(BIN)/carve-scale ./cmd/carve-scale
+	cd test && $(GO) build $(CLUSTER_GOFLAGS) -o ../$(BIN)/carve-scale ./cmd/carve-scale
 
 ## demo: the main job on the embedded default: a local real cluster, carve-agent
 ##       on a simulated DGX H100 whose MIG operations take as long as on
@@ -164,22 +164,25 @@ $(BIN)/carve-scale: FORCE
 demo: $(BIN)/carve-agent $(BIN)/carve-demo
 	$(BIN)/carve-demo --agent $(BIN)/carve-agent --profiles configs/examples/profiles.yaml --gpus sim:dgx-h100 --sim-latency realistic $(DEMO_FLAGS)
 
-# The test module's programs are built with -trimpath, as test/cluster
-# builds Kubernetes in the same module, and the main module's dependencies
-# have the versions the test module selects (a test in test/cluster checks
-# it): the packages all of them use (client-go, apimachinery, grpc, ...)
-# are then compiled once into Go's build cache, not once per program.
+# The demo's programs and the test module's are built with the flags
+# test/cluster builds Kubernetes and containerd with (cluster.BuildFlags; a
+# test in test/cluster keeps them equal), and the main module's
+# dependencies have the versions the test module selects (a test checks
+# that too): the packages all of them use (client-go, apimachinery, grpc,
+# ...) are then compiled once into Go's build cache, not once per program.
+# No DWARF (the compiler is a third faster without it), no paths.
+CLUSTER_GOFLAGS := -trimpath -gcflags=all=-dwarf=false
 # The demo needs carve-agent alone of carve's programs. scripts/gobuild
 # says what it builds and, on a cold cache, how far it is every 20 s.
 $(BIN)/carve-agent: FORCE
-	@GO=$(GO) scripts/gobuild $@ ./cmd/carve-agent -trimpath -ldflags "$(STAMP)"
+	@GO=$(GO) scripts/gobuild $@ ./cmd/carve-agent $(CLUSTER_GOFLAGS) -ldflags "$(STAMP)"
 
 $(BIN)/carve-demo: FORCE
-	@cd test && GO=$(GO) ../scripts/gobuild ../$@ ./cmd/carve-demo -trimpath
+	@cd test && GO=$(GO) ../scripts/gobuild ../$@ ./cmd/carve-demo $(CLUSTER_GOFLAGS)
 
 ## cluster-up / cluster-down: a local single-node Kubernetes to play with
 $(BIN)/carve-cluster: FORCE
-	cd test && $(GO) build -trimpath -o ../$(BIN)/carve-cluster ./cluster/cmd/carve-cluster
+	cd test && $(GO) build $(CLUSTER_GOFLAGS) -o ../$(BIN)/carve-cluster ./cluster/cmd/carve-cluster
 
 cluster-up: $(BIN)/carve-cluster
 	$(BIN)/carve-cluster up -d

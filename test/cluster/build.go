@@ -254,6 +254,18 @@ func buildKubernetes(ctx context.Context, log io.Writer, goTool string, b goBuil
 	return nil
 }
 
+// BuildFlags are the go build flags of every program built for the local
+// cluster and the demo: Kubernetes, containerd and kubectl here, and
+// carve-agent and the test module's programs (the Makefile's
+// CLUSTER_GOFLAGS, which a test keeps equal). Built with the same flags
+// (and module versions), the packages they share are compiled once into
+// Go's build cache. -trimpath keeps paths out of the binaries; without
+// DWARF, which the stripped binaries (-ldflags -w) drop anyway, the
+// compiler takes about a third less time.
+func BuildFlags() []string {
+	return []string{"-trimpath", "-gcflags=all=-dwarf=false"}
+}
+
 // goBuild is one `go build` of main packages.
 type goBuild struct {
 	what    string            // what is built, for the log: "Kubernetes v1.37.2"
@@ -268,7 +280,9 @@ type goBuild struct {
 func (b goBuild) args(cmd string) []string {
 	args := []string{cmd}
 	if cmd == "build" {
-		args = append(args, "-v", "-trimpath", "-ldflags="+b.ldflags)
+		args = append(args, "-v")
+		args = append(args, BuildFlags()...)
+		args = append(args, "-ldflags="+b.ldflags)
 	} else {
 		args = append(args, "-deps")
 	}

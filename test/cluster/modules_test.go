@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -82,4 +83,29 @@ func versionMismatches(mainMods, testMods map[string]string) []string {
 	}
 	slices.Sort(bad)
 	return bad
+}
+
+// TestMakefileUsesBuildFlags: the Makefile builds the demo's programs with
+// the flags Kubernetes is built with here, so that they share the build
+// cache (with other flags, make demo compiles client-go and the rest
+// twice).
+func TestMakefileUsesBuildFlags(t *testing.T) {
+	src, err := FindSourceDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile, err := os.ReadFile(filepath.Join(filepath.Dir(src), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "CLUSTER_GOFLAGS := "
+	var got string
+	for line := range strings.Lines(string(makefile)) {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			got = strings.TrimSpace(v)
+		}
+	}
+	if want := strings.Join(BuildFlags(), " "); got != want {
+		t.Errorf("the Makefile's %q%s, want %q (cluster.BuildFlags)", prefix, got, want)
+	}
 }
