@@ -226,6 +226,7 @@ func TestBuildKubernetesReportsProgress(t *testing.T) {
 // fakeKubeBuild is the build of the components that buildKubernetesRelease
 // makes for DefaultKubernetesVersion, in a directory of its own.
 func fakeKubeBuild(t *testing.T) goBuild {
+	t.Helper()
 	return goBuild{
 		what:    "Kubernetes " + DefaultKubernetesVersion,
 		dir:     t.TempDir(),

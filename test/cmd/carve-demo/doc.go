@@ -12,5 +12,5 @@
 //	           [--steps full,balanced,shared-4] [--keep]
 //
 // It must run as root (the kubelet does); the first run on a machine
-// builds Kubernetes (about 8 minutes).
+// builds Kubernetes and containerd (about 10 minutes on 2 cores).
 package main

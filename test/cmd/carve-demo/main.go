@@ -197,7 +197,7 @@ func prepare(o options) (*configs.File, []byte, string, error) {
 
 // startCluster starts the local cluster: step 1.
 func (d *demo) startCluster(ctx context.Context) (*cluster.Cluster, error) {
-	d.printf("[1/3] starting the local cluster (the first run on a machine builds Kubernetes, about 8 minutes)\n")
+	d.printf("[1/3] starting the local cluster (the first run on a machine builds Kubernetes and containerd: about 10 minutes on 2 cores)\n")
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(startCtx, cluster.Options{NodeName: nodeName, Log: indent(d.out, "      "), HandleSignals: true, Owner: "carve-demo"})
