@@ -18,14 +18,7 @@ import (
 // TestContainerdVersionIsTheTestModules: the containerd the cluster says
 // it runs is the one the test module requires and builds.
 func TestContainerdVersionIsTheTestModules(t *testing.T) {
-	src, err := FindSourceDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	goTool, err := findGo()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, goTool := testModuleAndGo(t)
 	mods := goModules(t, goTool, src, "list", "-m", "-f", "{{.Path}} {{.Version}}", containerdModule)
 	if got := mods[containerdModule]; got != ContainerdVersion {
 		t.Errorf("test/go.mod requires %s %s, but ContainerdVersion is %s", containerdModule, got, ContainerdVersion)

@@ -19,14 +19,7 @@ import (
 // (a cold demo compiles some 600 packages fewer). A mismatch names the
 // `go get` that fixes it.
 func TestMainModuleVersionsMatch(t *testing.T) {
-	src, err := FindSourceDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	goTool, err := findGo()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, goTool := testModuleAndGo(t)
 	mainMods := goModules(t, goTool, filepath.Dir(src), "list", "-deps", "-f", "{{with .Module}}{{.Path}} {{.Version}}{{end}}", "./cmd/...")
 	testMods := goModules(t, goTool, src, "list", "-m", "-f", "{{.Path}} {{.Version}}", "all")
 	if len(mainMods) < 20 {
@@ -36,6 +29,19 @@ func TestMainModuleVersionsMatch(t *testing.T) {
 		t.Errorf("the main module builds with other versions than the test module selects; in the repository's root run\n  go get %s\n(then go mod tidy in both)",
 			strings.Join(bad, " "))
 	}
+}
+
+// testModuleAndGo returns the test module's directory and the go command.
+func testModuleAndGo(t *testing.T) (src, goTool string) {
+	t.Helper()
+	src, err := FindSourceDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if goTool, err = findGo(); err != nil {
+		t.Fatal(err)
+	}
+	return src, goTool
 }
 
 // goModules runs the go command in dir and returns its "path version" lines
@@ -106,6 +112,6 @@ func TestMakefileUsesBuildFlags(t *testing.T) {
 		}
 	}
 	if want := strings.Join(BuildFlags(), " "); got != want {
-		t.Errorf("the Makefile's %q%s, want %q (cluster.BuildFlags)", prefix, got, want)
+		t.Errorf("the Makefile sets CLUSTER_GOFLAGS to %q, want %q (cluster.BuildFlags)", got, want)
 	}
 }
