@@ -53,10 +53,11 @@ func renderDeploy(t *testing.T) []*unstructured.Unstructured {
 // would.
 func renderKustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
+	kubectl := kubectlPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, kubectlPath(ctx, t), "kustomize", dir)
+	cmd := exec.CommandContext(ctx, kubectl, "kustomize", dir)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
@@ -14,7 +15,7 @@ import (
 // against its API server and returns the combined output.
 func kubectlRunner(ctx context.Context, t *testing.T, c *cluster.Cluster) func(args ...string) (string, error) {
 	t.Helper()
-	kubectl := kubectlPath(ctx, t)
+	kubectl := kubectlPath(t)
 	return func(args ...string) (string, error) {
 		var out bytes.Buffer
 		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
@@ -41,16 +42,24 @@ func buildCarvectl(ctx context.Context, t *testing.T) string {
 
 // kubectlPath returns kubectl of the test cluster's Kubernetes release,
 // building it the first time (a few minutes; the build's progress goes to
-// the test's log).
-func kubectlPath(ctx context.Context, t *testing.T) string {
+// the test's log). The build has a context of its own: a caller's context
+// is often bounded for what it runs with kubectl (a minute), not for a
+// build.
+func kubectlPath(t *testing.T) string {
 	t.Helper()
 	cacheDir, err := cluster.DefaultCacheDir()
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlBuildLimit)
+	defer cancel()
 	kubectl, err := cluster.EnsureKubectl(ctx, cluster.TestLog(t), cacheDir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return kubectl
 }
+
+// kubectlBuildLimit bounds a cold build of kubectl (about 2 minutes on 2
+// cores after the cluster's build).
+const kubectlBuildLimit = 20 * time.Minute
