@@ -97,23 +97,22 @@ func writeBuildModule(ctx context.Context, goTool, dir, version string, kubectl 
 		return err
 	}
 	var tools []string
-	files := map[string][]byte{}
+	files := map[string][]byte{} // and go.mod, below
 	if kubectl {
 		tools = []string{"k8s.io/kubernetes/cmd/" + kubectlBinary}
 	} else {
 		files[filepath.Join(kubeMainDir, "main.go")] = kubeMainSource
 	}
-	mod, err := buildGoMod(upstream, version, tools)
-	if err != nil {
+	if files["go.mod"], err = buildGoMod(upstream, version, tools); err != nil {
 		return err
 	}
-	return writeGeneratedModule(ctx, goTool, dir, mod, files)
+	return writeGeneratedModule(ctx, goTool, dir, files)
 }
 
-// writeGeneratedModule makes dir a module with the go.mod mod and the
-// files (relative path -> content), and no other file of its own (an old
-// go.sum is removed), resolved with go mod tidy.
-func writeGeneratedModule(ctx context.Context, goTool, dir string, mod []byte, files map[string][]byte) error {
+// writeGeneratedModule makes dir a module of the files (relative path ->
+// content, go.mod among them) and no other file of its own (an old go.sum
+// is removed), resolved with go mod tidy.
+func writeGeneratedModule(ctx context.Context, goTool, dir string, files map[string][]byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -122,7 +121,6 @@ func writeGeneratedModule(ctx context.Context, goTool, dir string, mod []byte, f
 			return fmt.Errorf("remove the old %s: %w", stale, err)
 		}
 	}
-	files["go.mod"] = mod
 	for name, data := range files {
 		path := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
