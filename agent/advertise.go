@@ -34,6 +34,9 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 	}
 	if p.state == "" {
 		p.state = carvev1.StateSuccess
+		if p.adopted() {
+			p.state = carvev1.StateAdopted
+		}
 	}
 	p.endChange()
 	out := Result{
@@ -83,12 +86,9 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 		applied, hash = a.profile, a.hash
 	}
 	labels := Labels(LabelInput{
-		Applied: applied, Source: p.sel.Source, Window: p.sel.Window, State: p.state,
+		Applied: applied, Source: reportedSource(p.sel, p.state), Window: p.sel.Window, State: p.state,
 		GPUs: p.node.GPUs, Resources: res, Options: p.r.Labels,
 	})
-	if p.sel.Source == configs.SourceNone {
-		delete(labels, carvev1.LabelSource)
-	}
 	lastErr := ""
 	if p.err != nil {
 		lastErr = textfmt.OneLine(p.err.Error())
@@ -104,6 +104,26 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 		Labels: slices.Sorted(maps.Keys(labels)),
 	}
 	return labels, carvev1.Next(p.in.Previous, rec, p.in.Now)
+}
+
+// adopted reports whether the pass found an accepted profile file that
+// selects nothing for the node: its GPUs are adopted as they are.
+func (p *pass) adopted() bool {
+	return p.file != nil && p.sel.Source == configs.SourceNone
+}
+
+// reportedSource is the carve.dev/profile.source value (and the source of
+// carve_agent_profile) for a selection that ended the pass in state:
+// SourceAdopted for a node nothing selects, "" (no label) when the file
+// was rejected, else the selection's own.
+func reportedSource(sel configs.Selection, state string) string {
+	switch {
+	case state == carvev1.StateAdopted:
+		return carvev1.SourceAdopted
+	case sel.Source == configs.SourceNone:
+		return ""
+	}
+	return sel.Source
 }
 
 func (p *pass) has(reason string) bool {

@@ -81,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer, build buildinfo.Info) (*Metrics, erro
 		}, []string{"state"}),
 		profile: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "carve_agent_profile",
-			Help: "1 for the profile in force and how it was selected (source label, window, rule or default); profile \"\" with source none when no profile selects the node or the profile file is rejected.",
+			Help: "1 for the profile in force and how it was selected (source label, window, rule or default); profile \"\" with source adopted when no profile selects the node (its GPUs are adopted as they are), with source none when the profile file is rejected.",
 		}, []string{"profile", "source"}),
 		slotHeld:      gauge("carve_agent_rollout_slot_held", "1 while this node holds a rollout slot for a disruptive change, else 0."),
 		waiting:       gauge("carve_agent_rollout_waiting", "1 while disruptive changes on this node wait for a rollout slot (none free, the rollout halted, or the rollout Leases unreadable), else 0."),
@@ -147,7 +147,7 @@ func (m *Metrics) observe(res Result, err error) {
 	}
 	m.setDevices(res.Resources)
 	m.setState(res.State)
-	m.setProfile(res.Selection)
+	m.setProfile(res.Selection, res.State)
 	m.slotHeld.Set(oneIf(res.Rollout.Holding))
 	m.waiting.Set(oneIf(res.Rollout.Waiting))
 	m.halted.Set(oneIf(res.Rollout.Halted))
@@ -199,9 +199,10 @@ func (m *Metrics) setState(state string) {
 	}
 }
 
-// setProfile makes the selection the one series of carve_agent_profile.
-func (m *Metrics) setProfile(sel configs.Selection) {
-	source := sel.Source
+// setProfile makes the selection, which ended a pass in state, the one
+// series of carve_agent_profile.
+func (m *Metrics) setProfile(sel configs.Selection, state string) {
+	source := reportedSource(sel, state)
 	if source == "" {
 		source = configs.SourceNone
 	}

@@ -541,3 +541,20 @@ func TestReadyMetricOfARunningAgent(t *testing.T) {
 		t.Errorf("once ready (-want +got):\n%s", diff)
 	}
 }
+
+// A node nothing selects is reported with source adopted; a rejected file
+// (no selection, state failed) with source none.
+func TestMetricsProfileSourceAdopted(t *testing.T) {
+	m, reg := newTestMetrics(t)
+	none := configs.Selection{Source: configs.SourceNone, Rule: -1}
+	m.observe(Result{State: carvev1.StateAdopted, Selection: none}, nil)
+	want := map[string]float64{`carve_agent_profile{profile="",source="adopted"}`: 1}
+	if diff := cmp.Diff(want, pick(scrape(t, reg, "carve_"), "carve_agent_profile")); diff != "" {
+		t.Errorf("adopted node (-want +got):\n%s", diff)
+	}
+	m.observe(Result{State: carvev1.StateFailed, Selection: none}, nil)
+	want = map[string]float64{`carve_agent_profile{profile="",source="none"}`: 1}
+	if diff := cmp.Diff(want, pick(scrape(t, reg, "carve_"), "carve_agent_profile")); diff != "" {
+		t.Errorf("rejected file (-want +got):\n%s", diff)
+	}
+}

@@ -1030,12 +1030,20 @@ func TestReconcileWindowSelectsProfile(t *testing.T) {
 	}
 }
 
+// TestReconcileNoProfileLeavesGPUs: a node nothing selects is adopted as
+// it is: no GPU operation, state adopted and profile.source adopted.
 func TestReconcileNoProfileLeavesGPUs(t *testing.T) {
 	h := newHarness(t, "h100-80gb*1")
 	f := h.parse(strings.Replace(testProfiles, "defaultProfile: full\n", "", 1))
 	res := h.reconcile(f, nil, "")
-	if res.State != carvev1.StateSuccess || len(h.mutations()) != 0 {
-		t.Fatalf("state %s ops %v", res.State, h.mutations())
+	if res.State != carvev1.StateAdopted || len(h.mutations()) != 0 {
+		t.Fatalf("state %s ops %v, want %s and none", res.State, h.mutations(), carvev1.StateAdopted)
+	}
+	if got := res.Labels[carvev1.LabelSource]; got != carvev1.SourceAdopted {
+		t.Fatalf("%s = %q, want %q", carvev1.LabelSource, got, carvev1.SourceAdopted)
+	}
+	if res.Annotation.State != carvev1.StateAdopted {
+		t.Fatalf("annotation state %q, want %q", res.Annotation.State, carvev1.StateAdopted)
 	}
 	if _, ok := res.Labels[carvev1.LabelApplied]; ok {
 		t.Fatalf("applied label %q without a profile", res.Labels[carvev1.LabelApplied])

@@ -141,7 +141,7 @@ func TestStartupAfterReboot(t *testing.T) {
 		},
 		{
 			name: "no profile selects the node: advertised as they are", volatile: []int{0}, yaml: noDefault,
-			wantState: carvev1.StateSuccess, wantHeld: map[int]string{}, wantAdvertised: []int{0},
+			wantState: carvev1.StateAdopted, wantHeld: map[int]string{}, wantAdvertised: []int{0},
 		},
 	}
 	for _, tt := range tests {

@@ -20,21 +20,23 @@ const DefaultDrainTimeout = 30 * time.Minute
 // Sources of a Selection: why a profile is in force.
 const (
 	// SourceWindow: an active window whose node selector matches.
-	SourceWindow = "window"
+	SourceWindow = carvev1.SourceWindow
 	// SourceLabel: the node's carve.dev/profile label.
-	SourceLabel = "label"
+	SourceLabel = carvev1.SourceLabel
 	// SourceRule: the first rule whose node selector matches.
-	SourceRule = "rule"
+	SourceRule = carvev1.SourceRule
 	// SourceDefault: the file's defaultProfile.
-	SourceDefault = "default"
-	// SourceNone: nothing selects a profile; the agent leaves the GPUs alone.
+	SourceDefault = carvev1.SourceDefault
+	// SourceNone: nothing selects a profile; the agent leaves the GPUs
+	// alone (it reports that as carvev1.SourceAdopted).
 	SourceNone = "none"
 )
 
-// Sources returns every Source value, SourceNone included: the values of
-// carve.dev/profile.source and of the source label of carve_agent_profile.
+// Sources returns every value of the source label of carve_agent_profile:
+// the Source values, and carvev1.SourceAdopted for a node nothing selects
+// (SourceNone stays for a profile file that was rejected).
 func Sources() []string {
-	return []string{SourceWindow, SourceLabel, SourceRule, SourceDefault, SourceNone}
+	return []string{SourceWindow, SourceLabel, SourceRule, SourceDefault, carvev1.SourceAdopted, SourceNone}
 }
 
 // DrainPolicy says what the agent does with pods that hold devices a change

@@ -2,6 +2,25 @@ package v1
 
 import "strings"
 
+// Values of LabelSource and of SelectedProfile.Source: why the profile in
+// force is.
+const (
+	// SourceWindow: an active scheduled window whose node selector matches.
+	SourceWindow = "window"
+	// SourceLabel: the node's carve.dev/profile label (or the label the
+	// agent pins profiles by).
+	SourceLabel = "label"
+	// SourceRule: the first rule whose node selector matches.
+	SourceRule = "rule"
+	// SourceDefault: the profile file's defaultProfile.
+	SourceDefault = "default"
+	// SourceAdopted: nothing in the profile file selects the node, so the
+	// agent adopted the GPU layout it found (made by NVIDIA's MIG manager,
+	// by hand or by an earlier profile): advertised as it is, never
+	// changed. Goes with StateAdopted.
+	SourceAdopted = "adopted"
+)
+
 // Node labels carve writes. The carve.dev/* keys are carve's own; the
 // nvidia.com/* keys are the ones GPU feature discovery writes, with the
 // same meaning, so that workloads and dashboards built on them keep
@@ -14,8 +33,8 @@ const (
 
 	// LabelApplied is the profile realised on the node.
 	LabelApplied = "carve.dev/profile.applied"
-	// LabelSource is why the selected profile is in force: one of the
-	// Source values of configs (window, label, rule, default).
+	// LabelSource is why the profile in force is: one of the Source
+	// values (window, label, rule, default, adopted).
 	LabelSource = "carve.dev/profile.source"
 	// LabelWindow is the active scheduled window's name.
 	LabelWindow = "carve.dev/window"

@@ -4,6 +4,10 @@ package v1
 const (
 	// StateSuccess: the profile in force is realised and advertised.
 	StateSuccess = "success"
+	// StateAdopted: no profile selects the node; its GPUs are as the
+	// agent found them, read and advertised, with no GPU change made
+	// (carve.dev/profile.source is SourceAdopted).
+	StateAdopted = "adopted"
 	// StatePending: a disruptive change waits for a maintenance window.
 	StatePending = "pending"
 	// StateDraining: devices that a change removes are in use; they are
@@ -22,7 +26,7 @@ const (
 // States returns every state, in the order of the constants above: the
 // values carve.dev/state and the state label of carve_agent_state take.
 func States() []string {
-	return []string{StateSuccess, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired}
+	return []string{StateSuccess, StateAdopted, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired}
 }
 
 // MIG manager states: the values NVIDIA's MIG manager writes to
@@ -36,13 +40,13 @@ const (
 
 // MIGManagerState maps a carve state to the MIG manager state that means
 // the most nearly the same for automation that waits on it: success and
-// failed as they are; pending, draining and applying are pending (a
+// failed as they are; adopted is success (nothing is on its way); pending, draining and applying are pending (a
 // change is on its way); reboot-required is rebooting (the change
 // continues once the node has restarted, though carve itself never
 // reboots a node). Unknown states map to "".
 func MIGManagerState(state string) string {
 	switch state {
-	case StateSuccess:
+	case StateSuccess, StateAdopted:
 		return MIGManagerSuccess
 	case StateFailed:
 		return MIGManagerFailed
@@ -56,7 +60,8 @@ func MIGManagerState(state string) string {
 
 // StateRank orders the states by how much attention they need, so that
 // the worst of several findings is the node's state: reboot-required >
-// failed > draining > pending > applying > success (and unknown values).
+// failed > draining > pending > applying > success and adopted (and
+// unknown values).
 func StateRank(s string) int {
 	switch s {
 	case StateRebootRequired:

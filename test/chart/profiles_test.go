@@ -13,16 +13,18 @@ import (
 	"github.com/carve-dev/carve/test/harness"
 )
 
-// exampleProfiles is the profile file the chart's ConfigMap holds by default.
-const exampleProfiles = "../../configs/examples/profiles.yaml"
+// installedProfiles is the profile file the chart's ConfigMap holds by
+// default: the one configs/deploy installs (a copy of it is the chart's
+// files/profiles.yaml), which selects no node.
+const installedProfiles = "../../configs/deploy/profiles/profiles.yaml"
 
-// TestDefaultProfilesAreTheExample: with default values, on an install
-// into a namespace without the ConfigMap, the chart's ConfigMap holds configs/examples/profiles.yaml byte for byte under the key
+// TestDefaultProfilesAreTheInstalledFile: with default values, on an install
+// into a namespace without the ConfigMap, the chart's ConfigMap holds configs/deploy/profiles/profiles.yaml byte for byte under the key
 // profiles.yaml and nothing else, and the file passes what `carvectl
 // validate` checks, against every model carve knows and against a
 // simulated DGX H100 (`--gpus sim:dgx-h100`).
-func TestDefaultProfilesAreTheExample(t *testing.T) {
-	want, err := os.ReadFile(exampleProfiles)
+func TestDefaultProfilesAreTheInstalledFile(t *testing.T) {
+	want, err := os.ReadFile(installedProfiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func TestDefaultProfilesAreTheExample(t *testing.T) {
 	}
 	if len(data) != 1 || data["profiles.yaml"] != string(want) {
 		t.Fatalf("ConfigMap data has keys %d, profiles.yaml equal to %s: %v; charts/carve/files/profiles.yaml must be a copy of that file",
-			len(data), exampleProfiles, data["profiles.yaml"] == string(want))
+			len(data), installedProfiles, data["profiles.yaml"] == string(want))
 	}
 
 	f, err := configs.Parse([]byte(data["profiles.yaml"]))

@@ -33,7 +33,7 @@ import (
 const (
 	deployDir      = "../../configs/deploy"
 	profilesDir    = deployDir + "/profiles"
-	exampleProfile = "../../configs/examples/profiles.yaml"
+	installedProfiles = "../../charts/carve/files/profiles.yaml"
 	deployNS       = "carve-system"
 	deploySA       = "carve-agent"
 	profilesCM     = "carve-profiles"
@@ -70,13 +70,14 @@ func renderKustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	return objs
 }
 
-// TestDeployConfigMapMatchesExample: the sample ConfigMap's source,
+// TestDeployConfigMapMatchesTheChart: the sample ConfigMap's source,
 // configs/deploy/profiles/profiles.yaml (kustomize loads no file outside
-// its directory), is configs/examples/profiles.yaml byte for byte, so the
-// two cannot drift. Needs no cluster; TestDeployManifestsOnAPIServer checks
+// its directory), is the chart's files/profiles.yaml byte for byte, so
+// the two ways to install carve install the same file (which selects no
+// node: the configs package tests that). Needs no cluster; TestDeployManifestsOnAPIServer checks
 // the rendered ConfigMap too.
-func TestDeployConfigMapMatchesExample(t *testing.T) {
-	want, err := os.ReadFile(exampleProfile)
+func TestDeployConfigMapMatchesTheChart(t *testing.T) {
+	want, err := os.ReadFile(installedProfiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestDeployConfigMapMatchesExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("configs/deploy/profiles/profiles.yaml differs from configs/examples/profiles.yaml; run: cp configs/examples/profiles.yaml configs/deploy/profiles/profiles.yaml")
+		t.Errorf("configs/deploy/profiles/profiles.yaml differs from charts/carve/files/profiles.yaml; run: cp configs/deploy/profiles/profiles.yaml charts/carve/files/profiles.yaml")
 	}
 	var k struct {
 		ConfigMapGenerator []struct {
@@ -126,13 +127,13 @@ func TestDeployKeepsTheOperatorsProfiles(t *testing.T) {
 	if len(objs) != 1 || harness.FindObject(objs, "ConfigMap", profilesCM) == nil {
 		t.Errorf("%s renders %d objects, want only ConfigMap %s", profilesDir, len(objs), profilesCM)
 	}
-	renderedConfigMapMatchesExample(t, objs)
+	renderedConfigMapIsInstalledFile(t, objs)
 }
 
-// renderedConfigMapMatchesExample checks the rendered sample ConfigMap.
-func renderedConfigMapMatchesExample(t *testing.T, objs []*unstructured.Unstructured) {
+// renderedConfigMapIsInstalledFile checks the rendered sample ConfigMap.
+func renderedConfigMapIsInstalledFile(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	want, err := os.ReadFile(exampleProfile)
+	want, err := os.ReadFile(installedProfiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func renderedConfigMapMatchesExample(t *testing.T, objs []*unstructured.Unstruct
 	}
 	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
 	if len(data) != 1 || data["profiles.yaml"] != string(want) {
-		t.Errorf("rendered ConfigMap %s/%s: data keys %d, data[profiles.yaml] equal to %s: %v", deployNS, profilesCM, len(data), exampleProfile, data["profiles.yaml"] == string(want))
+		t.Errorf("rendered ConfigMap %s/%s: data keys %d, data[profiles.yaml] equal to %s: %v", deployNS, profilesCM, len(data), installedProfiles, data["profiles.yaml"] == string(want))
 	}
 }
 
@@ -164,7 +165,7 @@ func TestDeployManifestsOnAPIServer(t *testing.T) {
 	dc := newDeployClient(ctx, t, c)
 	create := dc.create
 	objs := renderDeploy(t)
-	renderedConfigMapMatchesExample(t, objs)
+	renderedConfigMapIsInstalledFile(t, objs)
 	checkDaemonSet(t, objs)
 	for _, want := range []struct{ kind, name string }{
 		{"Namespace", deployNS}, {"ServiceAccount", deploySA}, {"Role", deploySA}, {"RoleBinding", deploySA},

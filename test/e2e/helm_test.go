@@ -43,10 +43,11 @@ const (
 )
 
 // TestHelmInstallUpgradeUninstall installs charts/carve with Helm's Go
-// action package into a new namespace of the local cluster (simulated DGX
-// H100, the cluster's kubelet paths, host network) and checks that the
-// DaemonSet becomes Ready and the node advertises the default profile's
-// devices; upgrades the release with another defaultProfile in
+// action package, its default profile file included, into a new namespace
+// of the local cluster (simulated DGX H100 partitioned as NVIDIA's MIG
+// manager leaves it, the cluster's kubelet paths, host network) and
+// checks that the DaemonSet becomes Ready and the node's MIG devices are
+// adopted and advertised with no GPU change; upgrades the release with another defaultProfile in
 // profiles.data and checks that the same agent pod, never restarted and
 // with its DaemonSet not rolled, realises and advertises it; uninstalls
 // and checks that no object of the release is left (namespaced and
@@ -62,8 +63,13 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	t0 := time.Now()
 	importAgentImage(ctx, t, c)
 	t.Logf("built and imported %s in %s", agentImage, time.Since(t0).Round(100*time.Millisecond))
+	stateDir := t.TempDir()
+	simState := filepath.Join(stateDir, simStateFile)
+	migManagerLayout(t, simState, "dgx-h100")
+	before := readIdentity(t, simState)
 	// Created before the release, so that it is removed after the pod.
-	vals := helmValues(t, c, t.TempDir(), freePort(t))
+	vals := helmValues(t, c, stateDir, freePort(t))
+	delete(vals, "profiles") // the chart's default profile file
 	labelGPUNode(ctx, t, cs, node)
 	createHelmNamespace(ctx, t, cs)
 	cfg := helmConfig(t, c)
@@ -75,9 +81,9 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	t0 = time.Now()
 	manifest := helmInstall(ctx, t, c, cfg, ch, vals)
 	pod := waitHelmPodReady(ctx, t, cs, node)
-	waitState(ctx, t, c, carvev1.StateSuccess, "full")
-	waitAllocatable(ctx, t, cs, node, map[string]int64{gpu: 8})
-	t.Logf("installed: pod %s Ready, profile full advertised %s after helm install", pod.Name, time.Since(t0).Round(100*time.Millisecond))
+	checkAdopted(ctx, t, c, simState, before, map[string]int64{mig3g: 16})
+	t.Logf("installed with default values: pod %s Ready, the MIG manager's layout adopted and advertised, untouched, %s after helm install",
+		pod.Name, time.Since(t0).Round(100*time.Millisecond))
 
 	t0 = time.Now()
 	helmUpgradeProfiles(ctx, t, c, cfg, ch, vals, pod)
