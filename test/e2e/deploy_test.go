@@ -31,13 +31,13 @@ import (
 )
 
 const (
-	deployDir      = "../../configs/deploy"
-	profilesDir    = deployDir + "/profiles"
+	deployDir         = "../../configs/deploy"
+	profilesDir       = deployDir + "/profiles"
 	installedProfiles = "../../charts/carve/files/profiles.yaml"
-	deployNS       = "carve-system"
-	deploySA       = "carve-agent"
-	profilesCM     = "carve-profiles"
-	metricsService = "carve-agent-metrics"
+	deployNS          = "carve-system"
+	deploySA          = "carve-agent"
+	profilesCM        = "carve-profiles"
+	metricsService    = "carve-agent-metrics"
 )
 
 // renderDeploy renders what an install with kustomize creates, as
