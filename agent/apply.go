@@ -50,6 +50,7 @@ func (p *pass) apply() (bool, error) {
 func (p *pass) runReady() {
 	n, d, err := p.r.applyPlans(p, p.ready)
 	p.opsApplied, p.applyDuration = n, d
+	err = p.withPods(err)
 	profile := p.sel.Profile
 	switch {
 	case isFenced(err):

@@ -175,7 +175,9 @@ type XIDEvent struct {
 
 // NVML is the part of NVML that carve uses. Implementations return errors
 // that wrap the sentinel errors below, so callers can test for them with
-// errors.Is whatever the implementation.
+// errors.Is whatever the implementation; a destroy, MIG mode change or
+// reset refused because processes hold the device is a *InUseError
+// naming them (errors.As, InUseOf).
 type NVML interface {
 	// Init opens the library; every other call needs it first.
 	Init() error
@@ -226,8 +228,9 @@ type Device interface {
 	// GPU reset or reboot.
 	SetMIGMode(mode MIGMode) error
 	// Reset resets the GPU, making a pending MIG mode current. It fails
-	// with ErrInUse while processes hold the GPU, and with ErrNotSupported
-	// where only a reboot will do (some VMs).
+	// with ErrInUse while processes hold the GPU (an *InUseError naming
+	// them), and with ErrNotSupported where only a reboot will do (some
+	// VMs).
 	Reset() error
 	// Processes returns the number of processes that hold the GPU or any
 	// of its MIG devices.
@@ -259,7 +262,8 @@ var (
 	ErrLibraryNotFound = errors.New("NVML library not found")
 	// ErrNotSupported means the device cannot do what was asked.
 	ErrNotSupported = errors.New("not supported")
-	// ErrInUse means a process holds the instance or GPU.
+	// ErrInUse means a process holds the instance or GPU; see InUseError
+	// for the processes.
 	ErrInUse = errors.New("in use")
 	// ErrInsufficientResources means the placement, profile limit or
 	// compute slices do not allow the creation.

@@ -3,6 +3,7 @@
 package nvml
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -120,7 +121,9 @@ func migMode(m int) partition.MIGMode {
 
 // SetMIGMode sets the pending MIG mode. NVML's activation status, which
 // says whether a reset is still needed, is not an error: the pending mode
-// is what this call sets.
+// is what this call sets. A change refused because the GPU is in use
+// fails with a *partition.InUseError naming the processes on the GPU and
+// its MIG devices.
 func (d *device) SetMIGMode(mode partition.MIGMode) error {
 	what := fmt.Sprintf("set MIG mode %s", mode)
 	if mode != partition.MIGEnabled && mode != partition.MIGDisabled {
@@ -137,19 +140,30 @@ func (d *device) SetMIGMode(mode partition.MIGMode) error {
 	}
 	// go-nvml returns the activation status first and the call's result second.
 	if _, ret := d.dev.SetMigMode(nvmlMode); ret != gonvml.SUCCESS {
-		return d.err(ret, "%s", what)
+		return d.inUse(d.err(ret, "%s", what), wholeGPU())
 	}
 	return nil
 }
 
 // Reset resets the GPU with `nvidia-smi --gpu-reset` (NVML has no reset
-// call); see resetGPU, WithCommandRunner and WithResetTimeout.
+// call); see resetGPU, WithCommandRunner and WithResetTimeout. A reset
+// refused because the GPU is in use fails with a *partition.InUseError
+// naming the processes on the GPU and its MIG devices.
 func (d *device) Reset() error {
 	busID, err := d.PCIBusID()
 	if err != nil {
 		return fmt.Errorf("GPU %d: reset: %w", d.index, err)
 	}
-	return resetGPU(d.l.opts, d.index, busID)
+	err = resetGPU(d.l.opts, d.index, busID)
+	if !errors.Is(err, partition.ErrInUse) {
+		return err
+	}
+	release, eerr := d.enter("reset: processes")
+	if eerr != nil {
+		return err
+	}
+	defer release()
+	return d.inUse(err, wholeGPU())
 }
 
 // Processes counts the distinct processes on the GPU and, in MIG mode, on

@@ -112,10 +112,12 @@ type fakeGPU struct {
 	profiles []fakeProfile
 	gis      map[uint32]*fakeGI
 	nextGI   uint32
-	procs    []uint32       // processes on the whole GPU
-	nvlinks  map[int]string // enabled link -> remote bus ID
-	offLinks map[int]string // disabled link -> remote bus ID
-	links    int            // links the GPU has; 0: no NVLink
+	procs    []uint32          // compute processes on the whole GPU
+	gfx      []uint32          // graphics processes on the whole GPU
+	names    map[uint32]string // process names SystemGetProcessName tells
+	nvlinks  map[int]string    // enabled link -> remote bus ID
+	offLinks map[int]string    // disabled link -> remote bus ID
+	links    int               // links the GPU has; 0: no NVLink
 
 	dev *mock.Device
 }
@@ -255,7 +257,15 @@ func (g *fakeGPU) newDevice() *mock.Device {
 			}
 			return ps, gonvml.SUCCESS
 		},
-		GetGraphicsRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.SUCCESS },
+		GetGraphicsRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			var ps []gonvml.ProcessInfo
+			for _, pid := range g.gfx {
+				ps = append(ps, gonvml.ProcessInfo{Pid: pid})
+			}
+			return ps, gonvml.SUCCESS
+		},
 		GetGpuInstanceProfileInfoFunc: func(enum int) (gonvml.GpuInstanceProfileInfo, gonvml.Return) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -552,6 +562,17 @@ func fakeLib(gpus ...*fakeGPU) *mock.Interface {
 				return nil, gonvml.ERROR_INVALID_ARGUMENT
 			}
 			return gpus[i].dev, gonvml.SUCCESS
+		},
+		SystemGetProcessNameFunc: func(pid int) (string, gonvml.Return) {
+			for _, g := range gpus {
+				g.mu.Lock()
+				name, ok := g.names[uint32(pid)]
+				g.mu.Unlock()
+				if ok {
+					return name, gonvml.SUCCESS
+				}
+			}
+			return "", gonvml.ERROR_NOT_FOUND
 		},
 	}
 }

@@ -221,7 +221,9 @@ func (d *device) CreateGPUInstance(profileID int, at partition.Placement) (parti
 	return partition.GPUInstance{ID: int(gii.Id), ProfileID: profileID, Placement: toPlacement(gii.Placement)}, nil
 }
 
-// DestroyGPUInstance destroys a GPU instance.
+// DestroyGPUInstance destroys a GPU instance. Refused because it is in
+// use, it fails with a *partition.InUseError naming the processes on its
+// MIG devices.
 func (d *device) DestroyGPUInstance(giID int) error {
 	what := fmt.Sprintf("destroy GPU instance %d", giID)
 	release, err := d.enter(what)
@@ -234,7 +236,7 @@ func (d *device) DestroyGPUInstance(giID int) error {
 		return err
 	}
 	if ret := gi.Destroy(); ret != gonvml.SUCCESS {
-		return d.err(ret, "%s", what)
+		return d.inUse(d.err(ret, "%s", what), scope{gi: giID, ci: -1})
 	}
 	return nil
 }
@@ -398,7 +400,9 @@ func (d *device) CreateComputeInstance(giID int) (partition.ComputeInstance, err
 	return out, nil
 }
 
-// DestroyComputeInstance destroys a compute instance.
+// DestroyComputeInstance destroys a compute instance. Refused because it
+// is in use, it fails with a *partition.InUseError naming the processes on
+// its MIG device.
 func (d *device) DestroyComputeInstance(giID, ciID int) error {
 	what := fmt.Sprintf("destroy compute instance %d of GPU instance %d", ciID, giID)
 	release, err := d.enter(what)
@@ -418,7 +422,7 @@ func (d *device) DestroyComputeInstance(giID, ciID int) error {
 		return d.err(ret, "%s: find compute instance", what)
 	}
 	if ret := ci.Destroy(); ret != gonvml.SUCCESS {
-		return d.err(ret, "%s", what)
+		return d.inUse(d.err(ret, "%s", what), scope{gi: giID, ci: ciID})
 	}
 	return nil
 }

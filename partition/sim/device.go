@@ -114,14 +114,16 @@ func (d *device) SetMIGMode(mode partition.MIGMode) error {
 
 // Reset resets the GPU: the pending MIG mode becomes current and the MIG
 // instances are gone. It fails with ErrInUse while processes hold the GPU
-// or its MIG devices, and with ErrNotSupported on reboot-only GPUs.
+// or its MIG devices (a *partition.InUseError naming them), and with
+// ErrNotSupported on reboot-only GPUs.
 func (d *device) Reset() error {
 	return d.write("Reset", "", func(g *gpuState) (string, error) {
 		if g.rebootOnly {
 			return "", fmt.Errorf("GPU %d: reset: this platform needs a reboot: %w", g.index, partition.ErrNotSupported)
 		}
 		if n := g.processes(); n > 0 {
-			return "", fmt.Errorf("GPU %d: reset: %d processes hold the GPU: %w", g.index, n, partition.ErrInUse)
+			devices, procs := g.holders()
+			return "", inUse(fmt.Errorf("GPU %d: reset: %d processes hold the GPU: %w", g.index, n, partition.ErrInUse), devices, procs)
 		}
 		g.applyPending()
 		if !g.migCapable() {
@@ -132,7 +134,7 @@ func (d *device) Reset() error {
 }
 
 // Processes returns the number of processes holding the GPU or its MIG
-// devices (see Machine.SetBusy).
+// devices (see Machine.SetProcesses and SetBusy).
 func (d *device) Processes() (int, error) {
 	var n int
 	err := d.read("Processes", func(g *gpuState) error { n = g.processes(); return nil })
@@ -201,8 +203,8 @@ func (d *device) DestroyGPUInstance(giID int) error {
 			return "", err
 		}
 		what := fmt.Sprintf("GPU %d: destroy GPU instance %d (%s at %s)", g.index, giID, gi.profile.Name, gi.placement.String())
-		if gi.busy() {
-			return "", fmt.Errorf("%s: a process holds its MIG device: %w", what, partition.ErrInUse)
+		if devices, procs := gi.holders(); len(procs) > 0 {
+			return "", inUse(fmt.Errorf("%s: a process holds its MIG device: %w", what, partition.ErrInUse), devices, procs)
 		}
 		if len(gi.cis) > 0 {
 			return "", fmt.Errorf("%s: it still has %d compute instance(s): %w", what, len(gi.cis), partition.ErrInUse)
@@ -260,8 +262,9 @@ func (d *device) DestroyComputeInstance(giID, ciID int) error {
 		if ci == nil {
 			return "", fmt.Errorf("GPU %d: %s: no such compute instance: %w", g.index, what, partition.ErrNotFound)
 		}
-		if ci.busy {
-			return "", fmt.Errorf("GPU %d: %s: a process holds MIG device %s: %w", g.index, what, ci.uuid, partition.ErrInUse)
+		if len(ci.procs) > 0 {
+			return "", inUse(fmt.Errorf("GPU %d: %s: a process holds MIG device %s: %w", g.index, what, ci.uuid, partition.ErrInUse),
+				[]string{ci.uuid}, onDevice(ci.uuid, ci.procs))
 		}
 		delete(gi.cis, ciID)
 		return "", nil

@@ -28,8 +28,11 @@
 // SetMIGMode sets the pending mode only. A GPU reset (Device.Reset) or a
 // Machine.Reboot makes it current; like on real GPUs, both also destroy
 // the GPU's MIG instances. Reset fails with ErrInUse while processes hold
-// the GPU or one of its MIG devices (Machine.SetBusy) and with
-// ErrNotSupported on GPUs marked reboot-only (Machine.SetRebootOnly).
+// the GPU or one of its MIG devices (Machine.SetProcesses, SetBusy) and
+// with ErrNotSupported on GPUs marked reboot-only (Machine.SetRebootOnly);
+// a destroy whose MIG device processes hold fails with ErrInUse. Refusals
+// because of processes are *partition.InUseError naming the devices and
+// the processes, with their PIDs and names, as the real binding's are.
 //
 // A reboot (Machine.Reboot, or RebootStateFile on a state file no machine
 // has open) also ends every process holding a device, and keeps each GPU's
@@ -78,11 +81,12 @@
 // size of 0 means the profile's) and cis with id (>= 0), computeSlices (0
 // means the whole GPU instance) and uuid (informational). Reading replays every instance through the geometry
 // checks, so a hand-written file cannot describe an impossible layout.
-// Unknown fields are errors. Busy marks and faults are not saved.
+// Unknown fields are errors. Processes (busy marks) and faults are not
+// saved.
 //
 // # Test and fault API
 //
-// Machine.SetBusy, SetRebootOnly, SetMIGModeVolatile, Reboot,
+// Machine.SetProcesses, SetBusy, SetRebootOnly, SetMIGModeVolatile, Reboot,
 // InjectFault/ClearFaults, RaiseXID, OpLog/ResetOpLog and
 // CreateComputeInstanceSlices let tests create in-use devices, VMs,
 // reboots, failures, XID errors and foreign layouts, and check which

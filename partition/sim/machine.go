@@ -17,8 +17,8 @@ import (
 // enforces the MIG geometry of docs/hardware.md. All methods are safe
 // for concurrent use.
 //
-// Besides the NVML calls, Machine has a test and fault API: SetBusy,
-// SetRebootOnly, SetMIGModeVolatile, Reboot, InjectFault, ClearFaults,
+// Besides the NVML calls, Machine has a test and fault API: SetProcesses,
+// SetBusy, SetRebootOnly, SetMIGModeVolatile, Reboot, InjectFault, ClearFaults,
 // RaiseXID, OpLog, ResetOpLog and CreateComputeInstanceSlices. These work
 // without Init.
 type Machine struct {
@@ -38,6 +38,8 @@ type Machine struct {
 	// waits it out, time.Sleep when nil (tests record the waits instead).
 	latency Latency
 	sleep   func(time.Duration)
+	// lastPID is the PID SetBusy last gave a process it made up.
+	lastPID uint32
 }
 
 var _ partition.NVML = (*Machine)(nil)
@@ -53,9 +55,9 @@ type gpuState struct {
 	// migVolatile marks a GPU whose MIG mode a reboot turns off (see
 	// Machine.SetMIGModeVolatile).
 	migVolatile bool
-	// busy marks a process holding the whole GPU.
-	busy bool
-	gis  map[int]*giState
+	// procs are the processes holding the whole GPU (SetProcesses).
+	procs []partition.Process
+	gis   map[int]*giState
 }
 
 // giState is a GPU instance.
@@ -70,8 +72,8 @@ type giState struct {
 type ciState struct {
 	id, slices int
 	uuid       string
-	// busy marks a process holding the MIG device.
-	busy bool
+	// procs are the processes holding the MIG device (SetProcesses).
+	procs []partition.Process
 }
 
 // New returns a simulated machine for a spec (see Parse) with every GPU in
@@ -285,20 +287,46 @@ func (g *gpuState) clone() *gpuState {
 // migCapable reports whether the GPU supports MIG.
 func (g *gpuState) migCapable() bool { return len(g.model.Profiles) > 0 }
 
-// processes counts the processes holding the GPU or its MIG devices.
+// processes counts the distinct processes holding the GPU or its MIG
+// devices.
 func (g *gpuState) processes() int {
-	n := 0
-	if g.busy {
-		n++
+	_, procs := g.holders()
+	pids := map[uint32]bool{}
+	for _, p := range procs {
+		pids[p.PID] = true
 	}
-	for _, gi := range g.gis {
-		for _, ci := range gi.cis {
-			if ci.busy {
-				n++
-			}
-		}
+	return len(pids)
+}
+
+// holders returns the GPU's UUID and its MIG devices' with the processes
+// on each, as NVML lists them for a reset or a MIG mode change.
+func (g *gpuState) holders() ([]string, []partition.Process) {
+	devices := []string{g.uuid}
+	procs := onDevice(g.uuid, g.procs)
+	for _, gi := range g.sortedGIs() {
+		d, p := gi.holders()
+		devices, procs = append(devices, d...), append(procs, p...)
 	}
-	return n
+	return devices, procs
+}
+
+// onDevice returns procs with Device set to uuid.
+func onDevice(uuid string, procs []partition.Process) []partition.Process {
+	out := make([]partition.Process, len(procs))
+	for i, p := range procs {
+		p.Device = uuid
+		out[i] = p
+	}
+	return out
+}
+
+// inUse returns the InUseError of err on devices held by procs, or err
+// itself when no process holds them (err must wrap ErrInUse).
+func inUse(err error, devices []string, procs []partition.Process) error {
+	if len(procs) == 0 {
+		return err
+	}
+	return partition.NewInUseError(err, devices, procs)
 }
 
 // sortedGIs returns the GPU instances in ID order.
@@ -330,14 +358,15 @@ func (gi *giState) usedSlices() int {
 	return n
 }
 
-// busy reports whether a process holds one of the GI's MIG devices.
-func (gi *giState) busy() bool {
-	for _, ci := range gi.cis {
-		if ci.busy {
-			return true
-		}
+// holders returns the GI's MIG device UUIDs with the processes on each.
+func (gi *giState) holders() ([]string, []partition.Process) {
+	var devices []string
+	var procs []partition.Process
+	for _, ci := range gi.sortedCIs() {
+		devices = append(devices, ci.uuid)
+		procs = append(procs, onDevice(ci.uuid, ci.procs)...)
 	}
-	return false
+	return devices, procs
 }
 
 // public returns the GI as NVML reports it.
@@ -503,26 +532,74 @@ func (m *Machine) checkGPU(what string, i int) error {
 	return nil
 }
 
+// SetBusyProcessName is the name of the processes SetBusy makes up.
+const SetBusyProcessName = "sim-process"
+
+// firstBusyPID is the PID of the first process SetBusy makes up.
+const firstBusyPID = 4000
+
 // SetBusy marks a GPU (by GPU UUID) or a MIG device (by MIG device UUID) as
-// held by a process, or frees it. A busy device counts in its GPU's
-// Processes, makes Reset fail with ErrInUse, and a busy MIG device refuses
-// the destruction of its compute and GPU instance with ErrInUse. Unknown
-// UUIDs fail with ErrNotFound. Busy marks are not persisted and a Reboot
-// clears them.
+// held by a process, or frees it: SetProcesses with one made-up process
+// (named SetBusyProcessName, PIDs counting from 4000) when the device has
+// none, or with none. Unknown UUIDs fail with ErrNotFound.
 func (m *Machine) SetBusy(uuid string, busy bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, g := range m.gpus {
-		if g.uuid == uuid {
-			g.busy = busy
-			return nil
-		}
-		if ci := g.findMIG(uuid); ci != nil {
-			ci.busy = busy
-			return nil
+	procs, err := m.deviceProcs("set busy", uuid)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !busy:
+		*procs = nil
+	case len(*procs) == 0:
+		m.lastPID = max(m.lastPID+1, firstBusyPID)
+		*procs = []partition.Process{{PID: m.lastPID, Name: SetBusyProcessName}}
+	}
+	return nil
+}
+
+// SetProcesses sets the processes that hold a GPU (by GPU UUID) or a MIG
+// device (by MIG device UUID), as NVML would list them; none frees it. A
+// held device counts in its GPU's Processes and makes Reset fail with
+// ErrInUse, and a held MIG device refuses the destruction of its compute
+// and GPU instance with ErrInUse. Those errors are *partition.InUseError
+// naming the devices and processes, as the real NVML binding returns them.
+// (A MIG mode change is not refused: as on real GPUs, it stays pending
+// until a reset.)
+// A process's Device is ignored; PIDs must be above 0. Unknown UUIDs fail
+// with ErrNotFound. Processes are not persisted and a Reboot ends them.
+func (m *Machine) SetProcesses(uuid string, procs []partition.Process) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range procs {
+		if p.PID == 0 {
+			return fmt.Errorf("set processes of %s: PID 0: %w", uuid, partition.ErrInvalidArgument)
 		}
 	}
-	return fmt.Errorf("set busy: no GPU or MIG device %s: %w", uuid, partition.ErrNotFound)
+	held, err := m.deviceProcs("set processes", uuid)
+	if err != nil {
+		return err
+	}
+	*held = onDevice("", procs)
+	if len(procs) == 0 {
+		*held = nil
+	}
+	return nil
+}
+
+// deviceProcs returns the process list of the GPU or MIG device uuid; the
+// caller holds m.mu.
+func (m *Machine) deviceProcs(what, uuid string) (*[]partition.Process, error) {
+	for _, g := range m.gpus {
+		if g.uuid == uuid {
+			return &g.procs, nil
+		}
+		if ci := g.findMIG(uuid); ci != nil {
+			return &ci.procs, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: no GPU or MIG device %s: %w", what, uuid, partition.ErrNotFound)
 }
 
 // SetRebootOnly marks GPU gpu as one that only a reboot can change (as on

@@ -11,8 +11,8 @@ import (
 //
 //   - every GPU instance and compute instance is gone (their MIG devices
 //     with them);
-//   - every process holding a GPU or a MIG device is gone (SetBusy marks
-//     are cleared);
+//   - every process holding a GPU or a MIG device is gone (SetBusy and
+//     SetProcesses marks are cleared);
 //   - each GPU's pending MIG mode becomes its current one, as after a GPU
 //     reset;
 //   - the MIG mode itself persists: a GPU in MIG mode comes back in MIG
@@ -48,7 +48,7 @@ func (m *Machine) Reboot() error {
 // reboot does what a reboot does to one GPU.
 func (g *gpuState) reboot() {
 	g.applyPending()
-	g.busy = false
+	g.procs = nil
 	if g.migVolatile && g.migCapable() {
 		g.current, g.pending = partition.MIGDisabled, partition.MIGDisabled
 	}
