@@ -29,6 +29,10 @@ import (
 // lands while op k+1 is in flight.
 const termLatency = 150 * time.Millisecond
 
+// noteInFlight notes a case whose signal landed while an op was in flight
+// (the agent finished it: op k+1).
+const noteInFlight = "finished the op in flight"
+
 // termGrace stands for the pod's terminationGracePeriodSeconds: the agent
 // must be gone this long after the signal.
 const termGrace = 30 * time.Second
@@ -52,10 +56,20 @@ func TestChaosAgentSIGTERMAfterEveryOp(t *testing.T) {
 	cr.before, cr.want, cr.ops = crashStates(t, cr.dir)
 	applyProfiles(ctx, t, c, crashProfiles)
 	t.Logf("the change takes %d NVML ops", len(cr.ops))
+	inFlight := 0
 	for _, k := range termOps(len(cr.ops)) {
-		if cc := cr.termAfter(ctx, t, k, termLatency); len(cc.lost)+len(cc.failed) > 0 {
+		cc := cr.termAfter(ctx, t, k, termLatency)
+		if len(cc.lost)+len(cc.failed) > 0 {
 			t.FailNow()
 		}
+		if slices.Contains(cc.notes, noteInFlight) {
+			inFlight++
+		}
+	}
+	// The signal lands while an op is in flight, unless the machine is so
+	// slow that op k's checkpoint outlasts half an op: some must have.
+	if inFlight == 0 {
+		t.Errorf("no case stopped with an op in flight: the test did not test what it is for")
 	}
 	if chaos.Full() {
 		cr.termAfter(ctx, t, len(cr.ops)/2, 3*time.Second)
@@ -93,7 +107,7 @@ func (cr *crashRun) termAfter(ctx context.Context, t *testing.T, k int, latency 
 	if err != nil {
 		t.Fatal(err)
 	}
-	took, ok := cr.term(cc, p, journalPath, k)
+	took, ok := cr.term(cc, p, journalPath, k, latency)
 	if !ok {
 		return cc
 	}
@@ -101,6 +115,9 @@ func (cr *crashRun) termAfter(ctx context.Context, t *testing.T, k int, latency 
 		cc.fail("the agent took %s to stop after the signal; the op in flight takes at most %s", took, latency)
 	}
 	done := len(journal(t, journalPath))
+	if done == k+1 {
+		cc.notes = append(cc.notes, noteInFlight)
+	}
 	switch {
 	case done < k || done > k+1:
 		cc.fail("the agent made %d NVML calls by its exit; signalled after op %d, it may finish op %d (in flight) and no other", done, k, k+1)
@@ -128,8 +145,10 @@ func (cr *crashRun) termAfter(ctx context.Context, t *testing.T, k int, latency 
 // term sends SIGTERM to p once the journal has k lines and waits for it
 // to exit; it returns how long the exit took after the signal, and false
 // when the case cannot go on.
-func (cr *crashRun) term(cc *chaosCase, p *harness.Process, journalPath string, k int) (time.Duration, bool) {
-	if err := signalAtLine(p, journalPath, k, syscall.SIGTERM, 2*time.Minute); err != nil {
+func (cr *crashRun) term(cc *chaosCase, p *harness.Process, journalPath string, k int, latency time.Duration) (time.Duration, bool) {
+	// Half an op after op k is in the journal, op k+1 is in flight (not
+	// the checkpoint of op k, which comes right after it).
+	if err := signalAtLine(p, journalPath, k, syscall.SIGTERM, latency/2, 2*time.Minute); err != nil {
 		_, _ = p.Stop()
 		cc.fail("%v", err)
 		return 0, false
@@ -148,8 +167,9 @@ func (cr *crashRun) term(cc *chaosCase, p *harness.Process, journalPath string, 
 	return took, true
 }
 
-// signalAtLine sends sig to p once the op journal at path has k lines.
-func signalAtLine(p *harness.Process, path string, k int, sig syscall.Signal, limit time.Duration) error {
+// signalAtLine sends sig to p delay after the op journal at path has k
+// lines.
+func signalAtLine(p *harness.Process, path string, k int, sig syscall.Signal, delay, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		data, err := os.ReadFile(path)
@@ -157,6 +177,7 @@ func signalAtLine(p *harness.Process, path string, k int, sig syscall.Signal, li
 			return err
 		}
 		if strings.Count(string(data), "\n") >= k {
+			time.Sleep(delay)
 			return p.Signal(sig)
 		}
 		if p.Exited() {
@@ -206,8 +227,8 @@ func (cr *crashRun) checkShutdownLog(cc *chaosCase) {
 			if !strings.Contains(l, `"waitedFor"`) || !strings.Contains(l, `"took"`) {
 				cc.fail("the shutdown line lacks what it waited for and how long: %s", l)
 			}
-			if strings.Contains(l, "in flight: GPU") {
-				cc.notes = append(cc.notes, "waited for the op in flight")
+			if slices.Contains(cc.notes, noteInFlight) && !strings.Contains(l, "in flight: GPU") {
+				cc.fail("the agent finished an op in flight, but its shutdown line does not name it: %s", l)
 			}
 			return
 		}
