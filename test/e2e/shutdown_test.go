@@ -20,6 +20,7 @@ import (
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/internal/chaos"
+	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/rollout"
 	"github.com/carve-dev/carve/test/harness"
 )
@@ -32,6 +33,17 @@ const termLatency = 150 * time.Millisecond
 // noteInFlight notes a case whose signal landed while an op was in flight
 // (the agent finished it: op k+1).
 const noteInFlight = "finished the op in flight"
+
+// termSpeed is how fast the simulated GPUs go in a SIGTERM case.
+type termSpeed struct {
+	// latency is --sim-latency; slowest the longest op it gives.
+	latency string
+	slowest time.Duration
+	// delay is how long after op k is in the journal the signal is
+	// sent: half an op puts op k+1 in flight (not the checkpoint of op
+	// k, which comes right after it).
+	delay time.Duration
+}
 
 // termGrace stands for the pod's terminationGracePeriodSeconds: the agent
 // must be gone this long after the signal.
@@ -58,7 +70,7 @@ func TestChaosAgentSIGTERMAfterEveryOp(t *testing.T) {
 	t.Logf("the change takes %d NVML ops", len(cr.ops))
 	inFlight := 0
 	for _, k := range termOps(len(cr.ops)) {
-		cc := cr.termAfter(ctx, t, k, termLatency)
+		cc := cr.termAfter(ctx, t, k, termSpeed{latency: termLatency.String(), slowest: termLatency, delay: termLatency / 2})
 		if len(cc.lost)+len(cc.failed) > 0 {
 			t.FailNow()
 		}
@@ -72,8 +84,23 @@ func TestChaosAgentSIGTERMAfterEveryOp(t *testing.T) {
 		t.Errorf("no case stopped with an op in flight: the test did not test what it is for")
 	}
 	if chaos.Full() {
-		cr.termAfter(ctx, t, len(cr.ops)/2, 3*time.Second)
+		cr.termDuringSlowest(ctx, t)
 	}
+}
+
+// termDuringSlowest signals, at --sim-latency realistic, right after the
+// op before the slowest of the change (a GPU reset, else a MIG mode
+// change), which the shutdown must then wait out, and logs how long it
+// took.
+func (cr *crashRun) termDuringSlowest(ctx context.Context, t *testing.T) {
+	t.Helper()
+	slow := slices.IndexFunc(cr.ops, func(op string) bool { return strings.Contains(op, " Reset(") })
+	if slow < 0 {
+		slow = slices.IndexFunc(cr.ops, func(op string) bool { return strings.Contains(op, " SetMIGMode(") })
+	}
+	k := max(slow, 1)
+	cc := cr.termAfter(ctx, t, k, termSpeed{latency: "realistic", slowest: sim.RealisticLatency().ResetGPU})
+	t.Logf("realistic latency, SIGTERM after op %d of %d (op %d: %s): %s", k, len(cr.ops), k+1, cr.ops[k], strings.Join(cc.notes, "; "))
 }
 
 // termOps are the ops after which TestChaosAgentSIGTERMAfterEveryOp signals, of
@@ -93,7 +120,7 @@ func termOps(n int) []int {
 // termAfter runs one case: the agent from the start, each op taking
 // latency, sent SIGTERM once op k is in the journal, then restarted until
 // the node is at the profile.
-func (cr *crashRun) termAfter(ctx context.Context, t *testing.T, k int, latency time.Duration) *chaosCase {
+func (cr *crashRun) termAfter(ctx context.Context, t *testing.T, k int, speed termSpeed) *chaosCase {
 	t.Helper()
 	cc := &chaosCase{t: t, name: fmt.Sprintf("SIGTERM after op %d", k)}
 	if err := cr.reset(ctx); err != nil {
@@ -103,16 +130,17 @@ func (cr *crashRun) termAfter(ctx context.Context, t *testing.T, k int, latency 
 	cr.runs++
 	journalPath := filepath.Join(cr.dir, fmt.Sprintf("ops-%d.log", cr.runs))
 	journalEnv := "CARVE_TEST_SIM_OP_JOURNAL=" + journalPath
-	p, err := harness.Start(cr.bin, cr.args("--sim-latency", latency.String()), []string{journalEnv}, cr.logPath())
+	p, err := harness.Start(cr.bin, cr.args("--sim-latency", speed.latency), []string{journalEnv}, cr.logPath())
 	if err != nil {
 		t.Fatal(err)
 	}
-	took, ok := cr.term(cc, p, journalPath, k, latency)
+	took, ok := cr.term(cc, p, journalPath, k, speed.delay)
 	if !ok {
 		return cc
 	}
-	if took > latency+5*time.Second {
-		cc.fail("the agent took %s to stop after the signal; the op in flight takes at most %s", took, latency)
+	cc.notes = append(cc.notes, "stopped "+took.Round(10*time.Millisecond).String()+" after the signal")
+	if took > speed.slowest+5*time.Second {
+		cc.fail("the agent took %s to stop after the signal; the op in flight takes at most %s", took, speed.slowest)
 	}
 	done := len(journal(t, journalPath))
 	if done == k+1 {
@@ -145,10 +173,8 @@ func (cr *crashRun) termAfter(ctx context.Context, t *testing.T, k int, latency 
 // term sends SIGTERM to p once the journal has k lines and waits for it
 // to exit; it returns how long the exit took after the signal, and false
 // when the case cannot go on.
-func (cr *crashRun) term(cc *chaosCase, p *harness.Process, journalPath string, k int, latency time.Duration) (time.Duration, bool) {
-	// Half an op after op k is in the journal, op k+1 is in flight (not
-	// the checkpoint of op k, which comes right after it).
-	if err := signalAtLine(p, journalPath, k, syscall.SIGTERM, latency/2, 2*time.Minute); err != nil {
+func (cr *crashRun) term(cc *chaosCase, p *harness.Process, journalPath string, k int, delay time.Duration) (time.Duration, bool) {
+	if err := signalAtLine(p, journalPath, k, syscall.SIGTERM, delay, 2*time.Minute); err != nil {
 		_, _ = p.Stop()
 		cc.fail("%v", err)
 		return 0, false
