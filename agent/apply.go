@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,13 @@ import (
 	"github.com/carve-dev/carve/partition"
 )
 
+// ErrShutdown is the error of a reconcile pass stopped because the agent is
+// shutting down (its context ended) in the middle of an apply: the NVML
+// operation in flight finished and is checkpointed, no further one
+// started, and the change stays under way (the node's record, paused
+// operands, the rollout slot) for the next start to finish.
+var ErrShutdown = errors.New("apply stopped at an operation boundary for shutdown")
+
 // apply runs the ready changes, with a checkpoint after each op, reads the
 // GPUs again, and settles what is in force: the selected profile when
 // nothing is pending, draining or failed; a GPU whose change waits keeps
@@ -18,6 +26,10 @@ import (
 func (p *pass) apply() (bool, error) {
 	if len(p.ready) > 0 {
 		p.runReady()
+		if p.stopped != nil {
+			return false, fmt.Errorf("reconcile: %w after %d ops; the checkpoint has them and the next start goes on from there: %w",
+				ErrShutdown, p.opsApplied, p.stopped)
+		}
 		node, err := partition.ReadNode(p.r.Lib)
 		if err != nil {
 			return false, fmt.Errorf("reconcile: read GPUs after apply: %w", err)
@@ -56,6 +68,13 @@ func (p *pass) runReady() {
 	case isFenced(err):
 		p.fence(err)
 		return
+	case p.interrupted(err):
+		// The agent is shutting down: the op in flight finished and is
+		// checkpointed, and the change stays under way (its record, its
+		// paused operands, its rollout slot) for the next start.
+		p.stopped = err
+		p.log.Info("apply stopped at an operation boundary for shutdown", "profile", profile, "opsDone", n, "duration", d)
+		return
 	case err == nil:
 		p.event(false, carvev1.ReasonRepartitioned, "profile %s (%s) applied in %s: %d ops on %s",
 			profile, p.sel.Source, d.Round(time.Millisecond), n, textfmt.GPUs(partition.Indices(p.ready)))
@@ -72,6 +91,13 @@ func (p *pass) runReady() {
 	}
 	p.err = err
 	p.log.Error("apply failed", "profile", profile, "opsDone", n, "err", err)
+}
+
+// interrupted reports whether err is the pass's context ending (the agent
+// shutting down), not a failure of the apply.
+func (p *pass) interrupted(err error) bool {
+	cerr := p.ctx.Err()
+	return cerr != nil && errors.Is(err, cerr)
 }
 
 // applyPlans runs the plans with checkpoints and returns the ops done and
@@ -97,7 +123,9 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 		return 0, 0, err
 	}
 	n := 0
-	app := partition.Applier{Lib: r.Lib, BeforeOp: r.fencedOp, AfterOp: func(gpu, step int, op partition.Op) error {
+	defer r.inFlight.Store(nil)
+	app := partition.Applier{Lib: r.Lib, BeforeOp: r.startOp, AfterOp: func(gpu, step int, op partition.Op) error {
+		r.inFlight.Store(nil)
 		n++
 		cp.Done[gpu] = step
 		if err := save(); err != nil {
@@ -118,6 +146,12 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 			return n, r.now().Sub(start), err
 		}
 	}
+	if err := p.ctx.Err(); err != nil {
+		// The signal came during the last op: the change is done on the
+		// GPUs, but what follows it (operands, record, slot) is the next
+		// start's, from the checkpoint.
+		return n, r.now().Sub(start), fmt.Errorf("all %d ops done, then: %w", n, err)
+	}
 	return n, r.now().Sub(start), nil
 }
 
@@ -133,4 +167,25 @@ func (p *pass) clearIntent() {
 		return
 	}
 	r.intent = false
+}
+
+// startOp is the Applier's BeforeOp: the rollout's fence, then the op is
+// noted as in flight (InFlight) until it is done.
+func (r *Reconciler) startOp(gpu, step int, op partition.Op) error {
+	if err := r.fencedOp(gpu, step, op); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("GPU %d op %d %s", gpu, step, op)
+	r.inFlight.Store(&what)
+	return nil
+}
+
+// InFlight names the NVML operation running now ("GPU 0 op 3 reset-gpu"),
+// "" when none is: what a shutdown waits for. Safe to call from any
+// goroutine.
+func (r *Reconciler) InFlight() string {
+	if what := r.inFlight.Load(); what != nil {
+		return *what
+	}
+	return ""
 }

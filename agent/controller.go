@@ -194,6 +194,10 @@ func (c *Controller) next(ctx context.Context, q workqueue.TypedRateLimitingInte
 	}
 	defer q.Done(key)
 	requeue, failed, err := c.sync(ctx, nodes, cms)
+	if err != nil && ctx.Err() != nil {
+		c.logger().Info("reconcile stopped for shutdown", "err", err)
+		return false
+	}
 	if err != nil {
 		c.logger().Error("reconcile failed; retrying", "err", err, "retries", q.NumRequeues(key))
 		q.AddRateLimited(key)

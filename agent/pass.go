@@ -65,6 +65,9 @@ type pass struct {
 	// fenced is why the rollout's fence stopped the change at an
 	// operation boundary, nil while it did not.
 	fenced error
+	// stopped is the cancelled context's error when the agent is shutting
+	// down and the apply stopped at an operation boundary, nil otherwise.
+	stopped error
 	// stuck are the slots found stuck when asking for one.
 	stuck []StuckSlot
 	// release: the change is over and the node holds a slot, to be

@@ -12,7 +12,8 @@ import (
 // plan resolves the selected profile on the node's GPUs and plans it with
 // the devices pods hold. A profile that does not fit ends the pass with
 // the GPUs as they are; so does a node already as wanted, which then has
-// the profile in force.
+// the profile in force (and gets back the operands an apply stopped after
+// its last op left paused).
 func (p *pass) plan() (bool, error) {
 	want, err := desired.For(p.file, p.sel.Profile, p.node)
 	if err != nil {
@@ -28,6 +29,9 @@ func (p *pass) plan() (bool, error) {
 	if plan.NoOp() {
 		p.r.drain = nil
 		p.sharing, p.done = want.Sharing, p.target()
+		// An apply stopped after its last op (a shutdown, a kill) left
+		// nothing to do but what follows it: the paused operands.
+		p.restoreOperands()
 		return false, nil
 	}
 	if p.inUse, err = p.r.InUse.InUse(p.ctx); err != nil {

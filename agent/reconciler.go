@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
@@ -214,6 +215,9 @@ type Reconciler struct {
 	// change is the disruptive change in progress, as the node's record
 	// says (written by beginChange, or found at start), nil when none is.
 	change *carvev1.ChangeRecord
+	// inFlight names the NVML op running now, nil when none is
+	// (InFlight); read by the shutdown from another goroutine.
+	inFlight atomic.Pointer[string]
 }
 
 // haltedRevision records whether the failure budget of a revision of the

@@ -278,6 +278,10 @@ func (a *Agent) servers() map[string]func(context.Context) error {
 	return nil
 }
 
+// InFlight names the NVML operation the agent is running now ("GPU 0 op 3
+// reset-gpu"), "" when none is: what a shutdown waits for.
+func (a *Agent) InFlight() string { return a.ctrl.Reconciler.InFlight() }
+
 // Ready reports whether the agent has synced its caches and finished a
 // reconcile (the /readyz answer).
 func (a *Agent) Ready() bool { return a.ctrl.Ready() }

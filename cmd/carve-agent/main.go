@@ -30,6 +30,13 @@ import (
 	"github.com/carve-dev/carve/plugin"
 )
 
+// DefaultShutdownTimeout is --shutdown-timeout's default: the slowest
+// NVML operation (a GPU reset, up to 2 minutes on some platforms) and the
+// shutdown's own work, with margin. The DaemonSet's
+// terminationGracePeriodSeconds (180 in configs/deploy and the chart) is
+// above it, so that the kubelet's SIGKILL never comes first.
+const DefaultShutdownTimeout = 150 * time.Second
+
 // options are the agent's settings from flags and environment.
 type options struct {
 	nodeName           string
@@ -52,6 +59,9 @@ type options struct {
 	migManagerState    bool
 	gfdLabels          bool
 	logLevel           slog.Level
+	// shutdownTimeout bounds the wait for the agent to stop after SIGTERM
+	// (--shutdown-timeout).
+	shutdownTimeout time.Duration
 	// version: print the build and exit (--version); nothing else is
 	// checked.
 	version bool
@@ -75,7 +85,7 @@ type flagSpec struct {
 // taken from its environment variable, else its default.
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
-	var configMap, logLevel, operands string
+	var configMap, logLevel, operands, shutdownTimeout string
 	specs := []flagSpec{
 		{"node-name", "NODE_NAME", "", "the Node this agent owns (required)", &o.nodeName},
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster", &o.kubeconfig},
@@ -93,6 +103,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		{"pause-operands", "CARVE_PAUSE_OPERANDS", strings.Join(agent.DefaultPauseOperands, ","), "GPU Operator operands paused (nvidia.com/gpu.deploy.<operand>=paused-for-mig-change) during a disruptive change, where the node has those labels; comma-separated, \"none\" for none", &operands},
 		{"profile-label", "CARVE_PROFILE_LABEL", carvev1.LabelProfile, "the node label that pins a profile; nvidia.com/mig.config for nodes labelled for NVIDIA's MIG manager", &o.profileLabel},
 		{"log-level", "CARVE_LOG_LEVEL", "info", "debug, info, warn or error", &logLevel},
+		{"shutdown-timeout", "CARVE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "on SIGTERM, how long the agent waits for the GPU operation in flight to finish (then it checkpoints and exits); past it, it exits with the operation still running. Keep it below the pod's terminationGracePeriodSeconds", &shutdownTimeout},
 	}
 	fs := flag.NewFlagSet("carve-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -155,6 +166,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return o, fmt.Errorf("--log-level %q: %w", logLevel, err)
 	}
+	d, err := time.ParseDuration(shutdownTimeout)
+	if err != nil || d <= 0 {
+		return o, fmt.Errorf("--shutdown-timeout %q: want a positive duration such as 150s", shutdownTimeout)
+	}
+	o.shutdownTimeout = d
 	return o, nil
 }
 
@@ -230,7 +246,12 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	if err != nil {
 		return err
 	}
-	defer func() { _ = lib.Shutdown() }()
+	abandon := false
+	defer func() {
+		if !abandon {
+			_ = lib.Shutdown()
+		}
+	}()
 	closeJournal, err := simOpJournal(getenv, lib)
 	if err != nil {
 		return err
@@ -279,19 +300,67 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 		log.Info("carve-agent running", "gpus", o.gpus, "simLatency", o.simLatency, "advertise", o.advertise, "metrics", o.metricsAddr)
 	}
 
-	var runErr error
-	select {
-	case runErr = <-done:
-	case runErr = <-errc:
-		cancel()
-		if err := <-done; err != nil {
-			log.Debug("agent stopped after the metrics server failed", "err", err)
-		}
-	}
+	runErr := waitForAgent(ctx, done, errc, cancel, a.InFlight, o.shutdownTimeout, log)
+	// After a shutdown that timed out an NVML call is still running:
+	// shutting the library down under it could hang as well.
+	abandon = errors.Is(runErr, errShutdownTimeout)
 	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
 	_ = srv.Shutdown(shutdown)
 	return runErr
+}
+
+// waitForAgent waits for the agent (done) to stop: on its own, after the
+// metrics server failed (errc; then it cancels the agent), or after the
+// signal (ctx), for at most timeout (awaitShutdown).
+func waitForAgent(ctx context.Context, done, errc <-chan error, cancel func(), inFlight func() string, timeout time.Duration, log *slog.Logger) error {
+	select {
+	case err := <-done:
+		if ctx.Err() == nil {
+			return err
+		}
+		// The signal came and the agent stopped before this select saw
+		// it: still say so.
+		stopped := make(chan error, 1)
+		stopped <- err
+		return awaitShutdown(stopped, "", timeout, log)
+	case err := <-errc:
+		cancel()
+		if err := <-done; err != nil {
+			log.Debug("agent stopped after the metrics server failed", "err", err)
+		}
+		return err
+	case <-ctx.Done():
+		return awaitShutdown(done, inFlight(), timeout, log)
+	}
+}
+
+// errShutdownTimeout is the error of a shutdown that outlasted
+// --shutdown-timeout.
+var errShutdownTimeout = errors.New("shutdown timed out")
+
+// awaitShutdown waits, after the signal, for the agent to stop (done), at
+// most timeout, and logs one line saying what it waited for (inFlight: the
+// NVML operation running at the signal, if any) and how long. Past the
+// timeout it gives up with errShutdownTimeout: the process exits with the
+// operation still running; the checkpoint has every operation done before
+// it, and the next start reads the GPUs back and goes on from there.
+func awaitShutdown(done <-chan error, inFlight string, timeout time.Duration, log *slog.Logger) error {
+	start := time.Now()
+	waitedFor := "no GPU operation in flight"
+	if inFlight != "" {
+		waitedFor = "the GPU operation in flight: " + inFlight
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		log.Info("shutdown: stopped", "waitedFor", waitedFor, "took", time.Since(start).Round(time.Millisecond).String(), "timeout", timeout.String())
+		return err
+	case <-timer.C:
+		return fmt.Errorf("%w: waited %s for %s; exiting without it, the next start reads the GPUs back and goes on from the checkpoint",
+			errShutdownTimeout, timeout, waitedFor)
+	}
 }
 
 func main() {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"go/build"
 	"io"
 	"log/slog"
@@ -26,7 +27,8 @@ func defaultOptions(node string) options {
 	return options{nodeName: node, configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
 		advertise: "device-plugin", kubeletRootDir: "/var/lib/kubelet", cdiDir: "/var/run/cdi", devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		stateDir: "/var/lib/carve", metricsAddr: ":9465", simLatency: "none", logLevel: slog.LevelInfo,
-		profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"dcgm-exporter", "dcgm"}}
+		profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"dcgm-exporter", "dcgm"},
+		shutdownTimeout: DefaultShutdownTimeout}
 }
 
 // wantOptions checks that the options are defaultOptions(node) changed by
@@ -58,12 +60,12 @@ func TestParseOptions(t *testing.T) {
 				"CARVE_SIM_STATE": "/s.json", "CARVE_STATE_DIR": "/st", "CARVE_METRICS_ADDR": ":1", "CARVE_LOG_LEVEL": "debug",
 				"CARVE_DEVICE_PLUGIN_DIR": "/dp", "CARVE_POD_RESOURCES_SOCKET": "/pr.sock", "CARVE_SIM_LATENCY": "realistic",
 				"CARVE_PROFILE_LABEL": "nvidia.com/mig.config", "CARVE_MIG_MANAGER_STATE_LABEL": "true", "CARVE_GFD_LABELS": "false", "CARVE_CDI": "1",
-				"CARVE_PAUSE_OPERANDS": "none", "CARVE_ADVERTISE": "device-plugin"},
+				"CARVE_PAUSE_OPERANDS": "none", "CARVE_ADVERTISE": "device-plugin", "CARVE_SHUTDOWN_TIMEOUT": "1m"},
 			check: func(t *testing.T, o options) {
 				t.Helper()
 				want := options{nodeName: "n2", kubeconfig: "/k", configMapNamespace: "ns", configMapName: "cm", gpus: "sim:dgx-h100",
 					simState: "/s.json", simLatency: "realistic", advertise: "device-plugin", kubeletRootDir: "/var/lib/kubelet", cdiDir: "/var/run/cdi", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1",
-					logLevel: slog.LevelDebug, profileLabel: "nvidia.com/mig.config", migManagerState: true, cdi: true}
+					logLevel: slog.LevelDebug, profileLabel: "nvidia.com/mig.config", migManagerState: true, cdi: true, shutdownTimeout: time.Minute}
 				if diff := cmp.Diff(want, o, cmp.AllowUnexported(options{})); diff != "" {
 					t.Fatalf("options (-want +got):\n%s", diff)
 				}
@@ -197,6 +199,13 @@ func TestParseOptions(t *testing.T) {
 				}
 			}},
 		{name: "version with a stray argument", args: []string{"--version", "extra"}, wantErr: true},
+		{name: "shutdown timeout", args: []string{"--node-name", "n1", "--shutdown-timeout", "2m"},
+			check: wantOptions("n1", func(o *options) { o.shutdownTimeout = 2 * time.Minute })},
+		{name: "shutdown timeout from the environment", env: map[string]string{"NODE_NAME": "n1", "CARVE_SHUTDOWN_TIMEOUT": "45s"},
+			check: wantOptions("n1", func(o *options) { o.shutdownTimeout = 45 * time.Second })},
+		{name: "shutdown timeout zero", args: []string{"--node-name", "n1", "--shutdown-timeout", "0s"}, wantErr: true,
+			errText: `--shutdown-timeout "0s": want a positive duration such as 150s`},
+		{name: "shutdown timeout not a duration", args: []string{"--node-name", "n1", "--shutdown-timeout", "2"}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -326,5 +335,39 @@ func TestTestHooksOnlyWithTheBuildTag(t *testing.T) {
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("tags %v: compiles %v, want %v", tt.tags, got, tt.want)
 		}
+	}
+}
+
+// awaitShutdown waits for the agent and says in one line what it waited
+// for and how long; past its timeout it gives up with errShutdownTimeout.
+func TestAwaitShutdown(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		done <- nil
+	}()
+	if err := awaitShutdown(done, "GPU 0 op 3 reset-gpu", time.Minute, log); err != nil {
+		t.Fatalf("awaitShutdown: %v", err)
+	}
+	line := buf.String()
+	for _, want := range []string{`"msg":"shutdown: stopped"`, `"waitedFor":"the GPU operation in flight: GPU 0 op 3 reset-gpu"`, `"took":"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log %q lacks %s", line, want)
+		}
+	}
+	if n := strings.Count(line, "\n"); n != 1 {
+		t.Errorf("%d log lines, want one:\n%s", n, line)
+	}
+
+	hung := make(chan error)
+	start := time.Now()
+	err := awaitShutdown(hung, "GPU 1 op 1 reset-gpu", 100*time.Millisecond, log)
+	if !errors.Is(err, errShutdownTimeout) || !strings.Contains(err.Error(), "GPU 1 op 1 reset-gpu") {
+		t.Errorf("a hung agent: %v, want %v naming the op in flight", err, errShutdownTimeout)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("gave up after %s, want about the timeout", took)
 	}
 }

@@ -292,7 +292,9 @@ func (cr *crashRun) restart(ctx context.Context, t *testing.T, cc *chaosCase, k,
 		_, waitErr = harness.WaitEvent(ctx, cs, cr.c.NodeName(), carvev1.ReasonResumingApply, "was interrupted", since, 30*time.Second)
 	}
 	if waitErr == nil && k == len(cr.ops) {
-		waitErr = checkServing(ctx, cr.metricsAddr)
+		// With no checkpoint left (a stop once the change was over), the
+		// node is at the profile before the restarted agent serves.
+		waitErr = waitServing(ctx, cr.metricsAddr, 30*time.Second)
 	}
 	code, stopErr := p.Stop()
 	if waitErr != nil {
@@ -300,6 +302,18 @@ func (cr *crashRun) restart(ctx context.Context, t *testing.T, cc *chaosCase, k,
 	}
 	if stopErr != nil || code != 0 {
 		cc.fail("the restarted agent stopped with code %d: %v", code, stopErr)
+	}
+}
+
+// waitServing waits until checkServing passes, at most limit.
+func waitServing(ctx context.Context, addr string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := checkServing(ctx, addr)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
