@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -52,6 +53,9 @@ func (p *pass) runReady() {
 	p.opsApplied, p.applyDuration = n, d
 	profile := p.sel.Profile
 	switch {
+	case errors.Is(err, ErrHeld):
+		p.stopHeld(n)
+		return
 	case isFenced(err):
 		p.fence(err)
 		return
@@ -86,6 +90,9 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 	}
 	if err := save(); err != nil {
 		return 0, 0, fmt.Errorf("checkpoint before applying: %w", err)
+	}
+	if r.heldNow() {
+		return 0, 0, fmt.Errorf("before pausing operands and the first op: %w", ErrHeld)
 	}
 	if disruptive(plans) {
 		if err := r.Fence(); err != nil {

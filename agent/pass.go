@@ -65,6 +65,9 @@ type pass struct {
 	// fenced is why the rollout's fence stopped the change at an
 	// operation boundary, nil while it did not.
 	fenced error
+	// held: an operator holds the node (carve.dev/hold=true), found at
+	// the start of the pass or at an operation boundary.
+	held bool
 	// stuck are the slots found stuck when asking for one.
 	stuck []StuckSlot
 	// release: the change is over and the node holds a slot, to be
