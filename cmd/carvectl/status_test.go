@@ -396,7 +396,7 @@ func TestStatusShowsHeld(t *testing.T) {
 		"gpu-i": {" failed (held) "},
 		"gpu-j": {" success "},
 	}
-	for _, l := range strings.Split(out.String(), "\n") {
+	for l := range strings.SplitSeq(out.String(), "\n") {
 		f := strings.Fields(l)
 		if len(f) == 0 {
 			continue
