@@ -21,6 +21,7 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 		return Result{}, fmt.Errorf("reconcile: resources: %w", err)
 	}
 	p.withholdLost()
+	p.hideWhileHeld()
 	res = res.Without(p.hide)
 	if err := p.advertise(res); err != nil {
 		p.raise(carvev1.StateFailed)

@@ -65,6 +65,9 @@ func (p *pass) runReady() {
 	err = p.withPods(err)
 	profile := p.sel.Profile
 	switch {
+	case errors.Is(err, ErrHeld):
+		p.stopHeld(n)
+		return
 	case isFenced(err):
 		p.fence(err)
 		return
@@ -113,6 +116,9 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 	}
 	if err := save(); err != nil {
 		return 0, 0, fmt.Errorf("checkpoint before applying: %w", err)
+	}
+	if r.heldNow() {
+		return 0, 0, fmt.Errorf("before pausing operands and the first op: %w", ErrHeld)
 	}
 	if disruptive(plans) {
 		if err := r.Fence(); err != nil {

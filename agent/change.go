@@ -18,6 +18,11 @@ import (
 // goes on. Without a RecordChange hook nothing is recorded.
 func (p *pass) beginChange() (bool, error) {
 	r := p.r
+	if p.disrupts() && r.heldNow() {
+		p.holdBackAll()
+		p.stopHeld(0)
+		return false, nil
+	}
 	if r.change != nil || r.Hooks.RecordChange == nil || !p.disrupts() {
 		return true, nil
 	}
@@ -65,9 +70,14 @@ func (p *pass) holdBackAll() {
 	p.ready, p.blocked = p.holdBack(p.ready), p.holdBack(p.blocked)
 }
 
-// allowed reports whether a disruptive step may start now, as the
-// rollout's fence says; when it may not, the pass stops there (fence).
+// allowed reports whether a disruptive step may start now, as the hold
+// and the rollout's fence say; when it may not, the pass stops there
+// (stopHeld, fence).
 func (p *pass) allowed() bool {
+	if p.r.heldNow() {
+		p.stopHeld(0)
+		return false
+	}
 	if err := p.r.Fence(); err != nil {
 		p.fence(err)
 		return false
@@ -91,10 +101,14 @@ func (p *pass) fence(err error) {
 	p.log.Warn("disruptive change fenced", "err", err)
 }
 
-// fencedOp is the Applier's BeforeOp: a disruptive op starts only while
-// the fence allows it. Creating instances in free space needs no slot, so
-// the fence does not hold it back (what is left of a failed change, say).
+// fencedOp is the Applier's BeforeOp: no op starts while the node is held,
+// and a disruptive op starts only while the fence allows it. Creating
+// instances in free space needs no slot, so the fence does not hold it
+// back (what is left of a failed change, say).
 func (r *Reconciler) fencedOp(_, _ int, op partition.Op) error {
+	if r.heldNow() {
+		return ErrHeld
+	}
 	if !op.Disruptive() {
 		return nil
 	}

@@ -68,6 +68,9 @@ type Controller struct {
 	ProfileLabel string
 
 	ready atomic.Bool
+	// held is whether the Node's labels hold it (carve.dev/hold=true), as
+	// the Node's informer last saw them.
+	held atomic.Bool
 	// backoff spaces the retries of failed reconciles; made by Run.
 	backoff workqueue.TypedRateLimiter[string]
 }
@@ -91,6 +94,19 @@ const MaxWait = 30 * time.Second
 // queueKey is the one key of the work queue: every change leads to the same
 // reconcile of the whole node.
 const queueKey = "node"
+
+// Held reports whether the Node is held (carve.dev/hold=true) as its
+// informer last saw it: the Reconciler's Hold, asked at each operation
+// boundary while the worker is in a pass.
+func (c *Controller) Held() bool { return c.held.Load() }
+
+// watchHold keeps Held up to date from the Node's informer.
+func (c *Controller) watchHold(obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		held, _ := carvev1.Held(n.Labels)
+		c.held.Store(held)
+	}
+}
 
 // Ready reports whether the caches have synced and a reconcile has
 // finished.
@@ -130,8 +146,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer q.ShutDown()
 	enqueue := func(any) { q.Add(queueKey) }
 	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue,
+		AddFunc: func(obj any) {
+			c.watchHold(obj)
+			q.Add(queueKey)
+		},
 		UpdateFunc: func(oldObj, newObj any) {
+			c.watchHold(newObj)
 			o, ok1 := oldObj.(*corev1.Node)
 			n, ok2 := newObj.(*corev1.Node)
 			// Only labels are an input; status heartbeats are not.
@@ -275,8 +295,8 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 		c.Reconciler.ReleaseSlot(ctx)
 	}
 	if len(res.Evict) > 0 {
-		if err := c.Reconciler.Fence(); err != nil {
-			c.logger().Warn("evictions held back", "err", err)
+		if err := c.Reconciler.Fence(); err != nil || c.Reconciler.heldNow() {
+			c.logger().Warn("evictions held back", "err", err, "held", c.Reconciler.heldNow())
 		} else {
 			c.evict(ctx, node, res.Evict)
 		}

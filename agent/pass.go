@@ -68,6 +68,9 @@ type pass struct {
 	// stopped is the cancelled context's error when the agent is shutting
 	// down and the apply stopped at an operation boundary, nil otherwise.
 	stopped error
+	// held: an operator holds the node (carve.dev/hold=true), found at
+	// the start of the pass or at an operation boundary.
+	held bool
 	// stuck are the slots found stuck when asking for one.
 	stuck []StuckSlot
 	// release: the change is over and the node holds a slot, to be

@@ -196,6 +196,12 @@ type Reconciler struct {
 	// AgentVersion is the agent's version, recorded as the node record's
 	// AgentVersion.
 	AgentVersion string
+	// Hold reports whether the node is held now (carve.dev/hold=true, as
+	// the Node's labels say at this instant). It is asked at each
+	// operation boundary of a change, so that a hold set while a change is
+	// under way stops it there; nil leaves the hold to the labels each pass
+	// starts from.
+	Hold func() bool
 
 	started bool
 	// intent is true while a checkpoint may be on disk: one found at start
@@ -218,6 +224,9 @@ type Reconciler struct {
 	// inFlight names the NVML op running now, nil when none is
 	// (InFlight); read by the shutdown from another goroutine.
 	inFlight atomic.Pointer[string]
+	// held: the last pass found the node held, so that the next one that
+	// does not reports the hold lifted.
+	held bool
 }
 
 // haltedRevision records whether the failure budget of a revision of the
@@ -239,8 +248,9 @@ type drainState struct {
 	since  time.Time
 }
 
-// Reconcile does one reconcile pass, step by step: select the profile in
-// force, plan it with the devices in use, order the GPUs' changes (a
+// Reconcile does one reconcile pass, step by step: read the hold, select
+// the profile in force (a held node stops there, recording what it would
+// change, with its devices advertised as they are), plan it with the devices in use, order the GPUs' changes (a
 // disruptive one waits for a maintenance window), make sure the state
 // directory can take checkpoints, take a rollout slot for
 // the disruptive ones (they wait without one), record that the node is
@@ -264,7 +274,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
 		return Result{}, err
 	}
 	for _, step := range []func() (more bool, err error){
-		p.selectProfile, p.plan, p.order, p.checkStateDir, p.takeSlot, p.beginChange, p.withdrawAndReplan, p.drain, p.apply,
+		p.checkHold, p.selectProfile, p.observeHeld, p.plan, p.order, p.checkStateDir, p.takeSlot, p.beginChange, p.withdrawAndReplan, p.drain, p.apply,
 	} {
 		more, err := step()
 		if err != nil {

@@ -125,7 +125,7 @@ func (p *pass) waitingFor(format string, args ...any) {
 // endChange settles this node's part in the rollout once the pass is
 // over. A node still mid-change keeps its slot and its record's change:
 // it drains, applies, needs a reboot, was stopped at an operation boundary
-// by its fence, or waits for a slot to go on with a change under way.
+// by its fence, is held (carve.dev/hold) mid-change, or waits for a slot to go on with a change under way.
 // Otherwise the change is over: the new devices are advertised, or the
 // change failed, which counts against the revision's failure budget. The
 // record written after this pass no longer says mid-change, and the slot
@@ -168,7 +168,7 @@ func (p *pass) endChange() {
 // pass.
 func (p *pass) stillChanging() bool {
 	switch {
-	case p.fenced != nil:
+	case p.fenced != nil, p.held && p.r.change != nil:
 		return true
 	case p.state == carvev1.StateDraining, p.state == carvev1.StateRebootRequired, p.state == carvev1.StateApplying:
 		return true

@@ -248,7 +248,7 @@ func newController(cfg Config, side kubeletSide, metrics *Metrics) (*Controller,
 		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
 		Hooks:  Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp, RecordChange: ctrl.RecordChange},
 		Labels: cfg.Labels, Operands: operandsOf(cfg), OperandNames: cfg.PauseOperands,
-		Rollout: ro, SlotRetry: cfg.RolloutRetry, AgentVersion: cfg.Version.Version,
+		Rollout: ro, SlotRetry: cfg.RolloutRetry, AgentVersion: cfg.Version.Version, Hold: ctrl.Held,
 	}
 	return ctrl, ro
 }

@@ -76,4 +76,13 @@ const (
 	// reboot) or are new to the agent (a node or GPU without a record)
 	// and do not hold that profile's layout yet.
 	ReasonPartitionLost = "PartitionLost"
+	// ReasonHeld (Normal): an operator holds the node (carve.dev/hold=true):
+	// the agent observes only; the message says what it would change, or
+	// that a change under way stopped at an operation boundary.
+	ReasonHeld = "Held"
+	// ReasonHoldLifted (Normal): the hold was removed; the agent goes on.
+	ReasonHoldLifted = "HoldLifted"
+	// ReasonHoldIgnored (Warning): carve.dev/hold has a value other than
+	// "true", which holds nothing.
+	ReasonHoldIgnored = "HoldIgnored"
 )

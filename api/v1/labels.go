@@ -30,6 +30,15 @@ const (
 	// LabelProfile is the label an operator sets to pin a node to a
 	// profile; carve reads it and never writes it.
 	LabelProfile = "carve.dev/profile"
+	// LabelHold is the label an operator sets to hold a node: with the
+	// value HoldTrue the agent observes only (no GPU change, no withdrawal;
+	// windows and profile edits wait; devices stay advertised; state
+	// StateHeld, the change it would make in the node record). Removing it
+	// resumes. carve reads it and never writes it (MayWrite).
+	LabelHold = "carve.dev/hold"
+	// HoldTrue is the one value of LabelHold that holds the node; any
+	// other value holds nothing and is reported (ReasonHoldIgnored).
+	HoldTrue = "true"
 
 	// LabelApplied is the profile realised on the node.
 	LabelApplied = "carve.dev/profile.applied"
@@ -77,6 +86,13 @@ const (
 	// no longer selects the node, so its pod leaves and releases the GPUs.
 	OperandPaused = "paused-for-mig-change"
 )
+
+// Held reports whether node labels hold the node (LabelHold is HoldTrue),
+// and whether LabelHold is set to another value, which holds nothing.
+func Held(labels map[string]string) (held, invalid bool) {
+	v, ok := labels[LabelHold]
+	return ok && v == HoldTrue, ok && v != HoldTrue
+}
 
 // OperandLabel returns the label that deploys a GPU Operator operand
 // ("dcgm-exporter") on a node.

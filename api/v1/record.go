@@ -38,7 +38,9 @@ type NodeRecord struct {
 	// LastError is the error of the last reconcile, "" when it succeeded.
 	LastError string `json:"lastError,omitempty"`
 	// Waiting says what a pending node waits for (a maintenance window, a
-	// rollout slot), "" when it waits for nothing.
+	// rollout slot), "" when it waits for nothing; on a held node
+	// (StateHeld), the hold and the change the agent would make without
+	// it.
 	Waiting string `json:"waiting,omitempty"`
 	// Change is set while the node is mid-change: from before its first
 	// disruptive step (withdrawing devices, a destroy, a MIG mode change,
@@ -207,11 +209,11 @@ func Owns(rec *NodeRecord, key string) bool {
 }
 
 // MayWrite reports whether carve may write the label key at all: a key in
-// its carve.dev/ domain other than LabelProfile, which an operator sets,
-// or a GPU key in the nvidia.com/ domain other than LabelMIGManagerConfig,
-// which an operator sets too.
+// its carve.dev/ domain other than LabelProfile and LabelHold, which an
+// operator sets, or a GPU key in the nvidia.com/ domain other than
+// LabelMIGManagerConfig, which an operator sets too.
 func MayWrite(key string) bool {
-	if key == LabelProfile || key == LabelMIGManagerConfig {
+	if key == LabelProfile || key == LabelHold || key == LabelMIGManagerConfig {
 		return false
 	}
 	return strings.HasPrefix(key, CarvePrefix) || strings.HasPrefix(key, vendorPrefix)

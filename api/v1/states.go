@@ -21,12 +21,16 @@ const (
 	// StateRebootRequired: a GPU must be reset to change its MIG mode and
 	// cannot be now.
 	StateRebootRequired = "reboot-required"
+	// StateHeld: an operator holds the node (LabelHold): the agent
+	// observes only; the node record's Selected and Waiting say what it
+	// would change.
+	StateHeld = "held"
 )
 
 // States returns every state, in the order of the constants above: the
 // values carve.dev/state and the state label of carve_agent_state take.
 func States() []string {
-	return []string{StateSuccess, StateAdopted, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired}
+	return []string{StateSuccess, StateAdopted, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired, StateHeld}
 }
 
 // MIG manager states: the values NVIDIA's MIG manager writes to
@@ -50,7 +54,7 @@ func MIGManagerState(state string) string {
 		return MIGManagerSuccess
 	case StateFailed:
 		return MIGManagerFailed
-	case StatePending, StateDraining, StateApplying:
+	case StatePending, StateDraining, StateApplying, StateHeld:
 		return MIGManagerPending
 	case StateRebootRequired:
 		return MIGManagerRebooting
@@ -60,13 +64,17 @@ func MIGManagerState(state string) string {
 
 // StateRank orders the states by how much attention they need, so that
 // the worst of several findings is the node's state: reboot-required >
-// failed > draining > pending > applying > success and adopted (and
-// unknown values).
+// failed > held > draining > pending > applying > success and adopted (and
+// unknown values). A hold outranks the states of a change under way, which
+// it stops; a rejected file or an unrealisable profile still shows as
+// failed on a held node.
 func StateRank(s string) int {
 	switch s {
 	case StateRebootRequired:
-		return 5
+		return 6
 	case StateFailed:
+		return 5
+	case StateHeld:
 		return 4
 	case StateDraining:
 		return 3

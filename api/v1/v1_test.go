@@ -130,12 +130,12 @@ func TestProductLabel(t *testing.T) {
 
 func TestMIGManagerState(t *testing.T) {
 	got := map[string]string{}
-	for _, s := range []string{StateSuccess, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired, "other"} {
+	for _, s := range append(States(), "other") {
 		got[s] = MIGManagerState(s)
 	}
 	want := map[string]string{
 		StateSuccess: "success", StatePending: "pending", StateDraining: "pending", StateApplying: "pending",
-		StateFailed: "failed", StateRebootRequired: "rebooting", "other": "",
+		StateFailed: "failed", StateRebootRequired: "rebooting", StateHeld: "pending", "other": "",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("MIGManagerState (-want +got):\n%s", diff)
@@ -157,6 +157,7 @@ func TestOwnsAndMayWrite(t *testing.T) {
 		{"nvidia.com/mig-7g.80gb.count", false, true}, // GPU feature discovery's
 		{LabelGPUProduct, false, true},
 		{LabelProfile, false, false},          // the operator's pin
+		{LabelHold, false, false},             // the operator's hold
 		{LabelMIGManagerConfig, false, false}, // the operator's, with --profile-label
 		{LabelMIGManagerState, false, true},
 		{"kubernetes.io/hostname", false, false},
@@ -172,6 +173,45 @@ func TestOwnsAndMayWrite(t *testing.T) {
 	}
 	if Owns(nil, LabelGPUCount) {
 		t.Errorf("without a record, %s is owned", LabelGPUCount)
+	}
+}
+
+// Only "true" holds; any other value is invalid, to be reported.
+func TestHeld(t *testing.T) {
+	type got struct {
+		Held, Invalid bool
+	}
+	tests := []struct {
+		labels map[string]string
+		want   got
+	}{
+		{nil, got{}},
+		{map[string]string{LabelProfile: "small"}, got{}},
+		{map[string]string{LabelHold: "true"}, got{Held: true}},
+		{map[string]string{LabelHold: "True"}, got{Invalid: true}},
+		{map[string]string{LabelHold: "yes"}, got{Invalid: true}},
+		{map[string]string{LabelHold: ""}, got{Invalid: true}},
+	}
+	for _, tt := range tests {
+		var g got
+		g.Held, g.Invalid = Held(tt.labels)
+		if diff := cmp.Diff(tt.want, g); diff != "" {
+			t.Errorf("Held(%v) (-want +got):\n%s", tt.labels, diff)
+		}
+	}
+}
+
+// A hold outranks the states of a change under way, not a failure.
+func TestStateRankOfHeld(t *testing.T) {
+	for _, s := range []string{StateSuccess, StateApplying, StatePending, StateDraining} {
+		if StateRank(StateHeld) <= StateRank(s) {
+			t.Errorf("held ranks %d, not above %s (%d)", StateRank(StateHeld), s, StateRank(s))
+		}
+	}
+	for _, s := range []string{StateFailed, StateRebootRequired} {
+		if StateRank(StateHeld) >= StateRank(s) {
+			t.Errorf("held ranks %d, not below %s (%d)", StateRank(StateHeld), s, StateRank(s))
+		}
 	}
 }
 

@@ -75,6 +75,9 @@ type nodeStatus struct {
 	Window  string `json:"window,omitempty"`
 	Applied string `json:"applied,omitempty"`
 	State   string `json:"state,omitempty"`
+	// Held: an operator holds the node (carve.dev/hold=true): its agent
+	// observes only.
+	Held bool `json:"held,omitempty"`
 	// Resources are the node's allocatable nvidia.com/* resources, by name
 	// without the nvidia.com/ prefix. Resources at zero are left out: the
 	// kubelet keeps a resource whose devices are gone at zero for a while.
@@ -181,8 +184,18 @@ const statusHeader = "NODE\tSELECTED\tSELECTED BY\tPINNED\tAPPLIED\tSTATE\tROLLO
 
 // rowCells are r's cells in the node table, "-" for an empty one.
 func rowCells(r nodeStatus) []string {
-	return []string{r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned), orDash(r.Applied), orDash(r.State),
+	return []string{r.Node, orDash(r.Selected), orDash(selectedBy(r)), orDash(r.Pinned), orDash(r.Applied), orDash(stateCell(r)),
 		orDash(r.Rollout), orDash(r.AgentVersion), orDash(compactResources(r.Resources)), orDash(textfmt.OneLine(lastWord(r)))}
+}
+
+// stateCell is the STATE column: the state, marked "(held)" on a held node
+// whose state is not held (the agent had not seen the hold yet, or a
+// rejected file shows as failed).
+func stateCell(r nodeStatus) string {
+	if r.Held && r.State != carvev1.StateHeld {
+		return orDash(r.State) + " (held)"
+	}
+	return r.State
 }
 
 // writeNodeTable writes the header and rows as aligned columns.
@@ -243,6 +256,7 @@ func statusOf(n *corev1.Node) (nodeStatus, bool) {
 		State:     n.Labels[carvev1.LabelState],
 		Resources: res,
 	}
+	r.Held, _ = carvev1.Held(n.Labels)
 	if a, ok := n.Annotations[carvev1.AnnotationRecord]; ok {
 		p, err := carvev1.DecodeNodeRecord(a)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -372,4 +373,47 @@ func TestStatusPinLabel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A held node shows state held and what its agent would do; one whose
+// state is not held yet (or is failed) is marked held.
+func TestStatusShowsHeld(t *testing.T) {
+	held := map[string]string{carvev1.LabelHold: carvev1.HoldTrue, carvev1.LabelApplied: "balanced", carvev1.LabelSource: "label"}
+	cs := fake.NewClientset(
+		gpuNode("gpu-h", merged(held, map[string]string{carvev1.LabelState: carvev1.StateHeld}),
+			annotation(t, carvev1.NodeRecord{Profile: "balanced", State: carvev1.StateHeld, Generation: 2,
+				Waiting: "its hold to be removed (carve.dev/hold=true); it would then apply profile small (label): 9 ops on GPU 0, disruptive"}),
+			map[string]int64{"nvidia.com/gpu": 1}),
+		gpuNode("gpu-i", merged(held, map[string]string{carvev1.LabelState: carvev1.StateFailed}), nil, map[string]int64{"nvidia.com/gpu": 1}),
+		gpuNode("gpu-j", map[string]string{carvev1.LabelHold: "yes", carvev1.LabelState: carvev1.StateSuccess}, nil, map[string]int64{"nvidia.com/gpu": 1}),
+	)
+	var out strings.Builder
+	if err := status(context.Background(), cs, "https://test", statusQuery{output: "table", namespace: "carve-system", configMap: "carve-profiles", now: time.Now()}, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"gpu-h": {" held ", "waiting for its hold to be removed (carve.dev/hold=true); it would then apply profile small (label): 9 ops on GPU 0, disruptive"},
+		"gpu-i": {" failed (held) "},
+		"gpu-j": {" success "},
+	}
+	for l := range strings.SplitSeq(out.String(), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		for _, s := range want[f[0]] {
+			if !strings.Contains(l, s) {
+				t.Errorf("row %q lacks %q", l, s)
+			}
+		}
+		if f[0] == "gpu-j" && strings.Contains(l, "held") {
+			t.Errorf("row %q: hold=yes holds nothing, shown held", l)
+		}
+	}
+}
+
+func merged(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }

@@ -18,10 +18,12 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/kube"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
@@ -84,6 +86,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	checkAdopted(ctx, t, c, simState, before, map[string]int64{mig3g: 16})
 	t.Logf("installed with default values: pod %s Ready, the MIG manager's layout adopted and advertised, untouched, %s after helm install",
 		pod.Name, time.Since(t0).Round(100*time.Millisecond))
+	helmPolicyDeniesHold(ctx, t, c, pod)
 
 	t0 = time.Now()
 	helmUpgradeProfiles(ctx, t, c, cfg, ch, vals, pod)
@@ -103,6 +106,34 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 			carvev1.AnnotationRecord, n.Annotations[carvev1.AnnotationRecord] != "")
 	}
 	pruneAfterUninstall(ctx, t, c, n)
+}
+
+// helmPolicyDeniesHold checks the chart's admission policy on the real API
+// server with the credentials of the release's agent: a token of its
+// ServiceAccount bound to its pod may write carve's state label (a dry
+// run), and may not write the operator's carve.dev/hold.
+func helmPolicyDeniesHold(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
+	t.Helper()
+	cs := c.Clientset()
+	hour := int64(3600)
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour,
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}
+	tok, err := cs.CoreV1().ServiceAccounts(helmNS).CreateToken(ctx, pod.Spec.ServiceAccountName, req, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", helmNS, pod.Spec.ServiceAccountName, err)
+	}
+	agentCS := tokenClient(t, c, tok.Status.Token)
+	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	if _, err := agentCS.CoreV1().Nodes().Patch(ctx, c.NodeName(), types.MergePatchType, []byte(labelPatch(carvev1.LabelState, carvev1.StateSuccess)), dry); err != nil {
+		t.Fatalf("the chart's agent writing %s (dry run): %v", carvev1.LabelState, err)
+	}
+	policy := helmRelease + "-agent-node-writes"
+	_, err = agentCS.CoreV1().Nodes().Patch(ctx, c.NodeName(), types.MergePatchType, []byte(labelPatch(carvev1.LabelHold, carvev1.HoldTrue)), dry)
+	prefix := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", policy, policy, ruleLabels)
+	if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), prefix) || !strings.HasSuffix(err.Error(), ", not "+carvev1.LabelHold) {
+		t.Errorf("the chart's agent writing %s=%s (dry run): %v; want a denial by %s that starts %q and ends %q",
+			carvev1.LabelHold, carvev1.HoldTrue, err, policy, prefix, ", not "+carvev1.LabelHold)
+	}
 }
 
 // pruneAfterUninstall runs `carvectl prune` as docs/operate.md says once

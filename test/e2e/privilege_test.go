@@ -197,6 +197,8 @@ func patchCases(node string, agent, unbound kubernetes.Interface) []patchCase {
 			rule: ruleLabels, detail: ", not team"},
 		{name: "own node: the operator's carve.dev/profile", client: agent, node: node, patch: labelPatch(carvev1.LabelProfile, "all-1g"),
 			rule: ruleLabels, detail: ", not " + carvev1.LabelProfile},
+		{name: "own node: the operator's carve.dev/hold", client: agent, node: node, patch: labelPatch(carvev1.LabelHold, carvev1.HoldTrue),
+			rule: ruleLabels, detail: ", not " + carvev1.LabelHold},
 		{name: "own node: the operator's nvidia.com/mig.config", client: agent, node: node, patch: labelPatch(carvev1.LabelMIGManagerConfig, "all-1g.10gb"),
 			rule: ruleLabels, detail: ", not " + carvev1.LabelMIGManagerConfig},
 		{name: "own node: nvidia.com/gpu.present, which GFD writes", client: agent, node: node, patch: labelPatch(gpuPresent, "true"),
