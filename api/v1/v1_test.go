@@ -134,7 +134,7 @@ func TestMIGManagerState(t *testing.T) {
 		got[s] = MIGManagerState(s)
 	}
 	want := map[string]string{
-		StateSuccess: "success", StatePending: "pending", StateDraining: "pending", StateApplying: "pending",
+		StateSuccess: "success", StateAdopted: "success", StatePending: "pending", StateDraining: "pending", StateApplying: "pending",
 		StateFailed: "failed", StateRebootRequired: "rebooting", StateHeld: "pending", "other": "",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
