@@ -96,9 +96,16 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 		return 0, 0, err
 	}
 	n := 0
+	uuids := make(map[int]string, len(plans))
+	for _, gp := range plans {
+		uuids[gp.Index] = gp.UUID
+	}
 	app := partition.Applier{Lib: r.Lib, BeforeOp: r.fencedOp, AfterOp: func(gpu, step int, op partition.Op) error {
 		n++
 		cp.Done[gpu] = step
+		if rs, ok := r.Devices.(GPUResetter); ok && op.Kind == partition.OpResetGPU {
+			rs.GPUReset(uuids[gpu])
+		}
 		if err := save(); err != nil {
 			return err
 		}
