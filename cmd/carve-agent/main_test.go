@@ -1,12 +1,16 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"go/build"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -347,6 +351,39 @@ func TestTestHooksOnlyWithTheBuildTag(t *testing.T) {
 		}
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("tags %v: compiles %v, want %v", tt.tags, got, tt.want)
+		}
+	}
+}
+
+// TestEveryFlagDocumented: each flag carve-agent has is a row of
+// docs/reference.md's table of flags, with its environment variable.
+func TestEveryFlagDocumented(t *testing.T) {
+	var usage strings.Builder
+	if _, err := parseOptions([]string{"--help"}, func(string) string { return "" }, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := regexp.MustCompile(`(?m)^  -([a-z][-a-z]*)`).FindAllStringSubmatch(usage.String(), -1)
+	if len(flags) < 20 {
+		t.Fatalf("only %d flags found in the usage text:\n%s", len(flags), usage.String())
+	}
+	envs := regexp.MustCompile(`\[([A-Z_]+)\]`)
+	for _, f := range flags {
+		name := f[1]
+		row := "| `--" + name + "` |"
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/reference.md has no row %s", row)
+			continue
+		}
+		line := string(doc)[strings.Index(string(doc), row):]
+		line, _, _ = strings.Cut(line, "\n")
+		_, rest, _ := strings.Cut(usage.String(), "  -"+name+" ")
+		rest, _, _ = strings.Cut(rest, "\n  -")
+		if m := envs.FindStringSubmatch(rest); m != nil && !strings.Contains(line, "`"+m[1]+"`") {
+			t.Errorf("docs/reference.md's row of --%s lacks its environment variable %s", name, m[1])
 		}
 	}
 }
