@@ -374,11 +374,11 @@ func TestEveryFlagDocumented(t *testing.T) {
 	for _, f := range flags {
 		name := f[1]
 		row := "| `--" + name + "` |"
-		if !strings.Contains(string(doc), row) {
+		_, line, found := strings.Cut(string(doc), row)
+		if !found {
 			t.Errorf("docs/reference.md has no row %s", row)
 			continue
 		}
-		line := string(doc)[strings.Index(string(doc), row):]
 		line, _, _ = strings.Cut(line, "\n")
 		_, rest, _ := strings.Cut(usage.String(), "  -"+name+" ")
 		rest, _, _ = strings.Cut(rest, "\n  -")
