@@ -129,11 +129,18 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 		return 0, 0, err
 	}
 	n := 0
+	uuids := make(map[int]string, len(plans))
+	for _, gp := range plans {
+		uuids[gp.Index] = gp.UUID
+	}
 	defer r.inFlight.Store(nil)
 	app := partition.Applier{Lib: r.Lib, BeforeOp: r.startOp, AfterOp: func(gpu, step int, op partition.Op) error {
 		r.inFlight.Store(nil)
 		n++
 		cp.Done[gpu] = step
+		if rs, ok := r.Devices.(GPUResetter); ok && op.Kind == partition.OpResetGPU {
+			rs.GPUReset(uuids[gpu])
+		}
 		if err := save(); err != nil {
 			return err
 		}

@@ -28,9 +28,17 @@ type Advertiser interface {
 	Withdraw(ctx context.Context, ids []string) error
 }
 
+// GPUResetter is told when the agent's own reset of a GPU succeeded: an
+// Advertiser that tracks device health (carve's device plugin) makes the
+// GPU's devices healthy again, since a reset clears what XIDs did.
+type GPUResetter interface {
+	GPUReset(gpuUUID string)
+}
+
 var (
 	_ InUseSource = (*plugin.PodResourcesClient)(nil)
 	_ Advertiser  = (*plugin.Manager)(nil)
+	_ GPUResetter = (*plugin.Manager)(nil)
 )
 
 // Defaults of the Reconciler.

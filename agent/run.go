@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 // Config is what an Agent is built from: cmd/carve-agent fills it from its
@@ -101,6 +103,12 @@ type Config struct {
 	// change waiting for a slot asks again; default DefaultSlotRetry.
 	// Tests shorten both.
 	RolloutSlotDuration, RolloutRetry time.Duration
+	// XIDPolicy is the device plugin's XID policy (which XIDs are ignored,
+	// which recover after a quiet period, which keep a device unhealthy
+	// until a reset or reboot); a zero one is xidpolicy.Default(). With
+	// StateDir set, the devices critical XIDs made unhealthy are kept
+	// there across restarts. Unused with Advertise none and dra.
+	XIDPolicy xidpolicy.Policy
 	// Version is the build of the agent: recorded in the node record
 	// (NodeRecord.AgentVersion), exported as carve_agent_build_info and
 	// logged at start. cmd/carve-agent gives buildinfo.Get(); tests may
@@ -206,9 +214,14 @@ func newKubeletSide(cfg Config) (kubeletSide, error) {
 	}
 	switch cfg.Advertise {
 	case AdvertiseDevicePlugin:
+		health := plugin.HealthOptions{Policy: cfg.XIDPolicy}
+		if cfg.StateDir != "" {
+			health.StateFile = filepath.Join(cfg.StateDir, carvev1.XIDHealthFile)
+		}
 		mgr, err := plugin.New(plugin.Options{
 			DevicePluginDir: cfg.DevicePluginDir, NVML: cfg.GPUs, CDI: cfg.CDI,
 			Registerer: cfg.Registerer, Logger: cfg.Logger, RetryInterval: cfg.PluginRetryInterval,
+			Health: health,
 		})
 		if err != nil {
 			return kubeletSide{}, fmt.Errorf("device plugin: %w", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 // healthLoop watches XID events until ctx ends. NVML errors are logged and
@@ -74,11 +75,13 @@ func (m *Manager) watchXIDs(ctx context.Context) (worked bool, err error) {
 	}
 }
 
-// handleXID marks the devices an XID hit unhealthy, unless it is ignored.
+// handleXID classifies an XID by the policy and marks the devices it hit
+// unhealthy, unless it is ignored.
 func (m *Manager) handleXID(ev partition.XIDEvent) {
-	if m.ignored[ev.XID] {
+	class := m.opts.Health.Policy.Classify(ev.XID)
+	if class == xidpolicy.Ignored {
 		m.metrics.xids.WithLabelValues("false").Inc()
-		m.log.Info("ignoring application XID", "gpu", ev.UUID, "xid", ev.XID, "gi", ev.GIID, "ci", ev.CIID)
+		m.log.Info("ignoring XID (the XID policy ignores it)", "gpu", ev.UUID, "xid", ev.XID, "gi", ev.GIID, "ci", ev.CIID)
 		return
 	}
 	m.metrics.xids.WithLabelValues("true").Inc()
@@ -92,14 +95,49 @@ func (m *Manager) handleXID(ev partition.XIDEvent) {
 			targets = migs
 		}
 	}
-	m.log.Warn("critical XID; devices unhealthy", "gpu", ev.UUID, "xid", ev.XID, "gi", ev.GIID, "ci", ev.CIID, "devices", targets)
+	m.log.Warn(class.String()+" XID; devices unhealthy", "gpu", ev.UUID, "xid", ev.XID, "gi", ev.GIID, "ci", ev.CIID, "devices", targets)
 	now := m.opts.Health.Now()
 	m.mu.Lock()
+	newCritical := false
 	for _, u := range targets {
-		m.sick[u] = sickness{at: now, xid: ev.XID}
+		old, was := m.sick[u]
+		c := class
+		if was && old.class == xidpolicy.Critical {
+			c = xidpolicy.Critical // a recoverable XID does not lift a critical one
+		}
+		newCritical = newCritical || (c == xidpolicy.Critical && (!was || old.class != xidpolicy.Critical))
+		m.sick[u] = sickness{at: now, xid: ev.XID, gpu: ev.UUID, class: c}
 	}
 	m.refreshLocked()
+	if newCritical {
+		m.saveHealthLocked()
+	}
 	m.mu.Unlock()
+}
+
+// GPUReset makes every device of the GPU with the given UUID healthy
+// again: a GPU reset clears what XIDs, critical ones too, did to it. The
+// agent calls it after its own reset of the GPU succeeded.
+func (m *Manager) GPUReset(gpuUUID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var healed []string
+	critical := false
+	for u, s := range m.sick {
+		if s.gpu == gpuUUID || u == gpuUUID {
+			healed = append(healed, u)
+			critical = critical || s.class == xidpolicy.Critical
+			delete(m.sick, u)
+		}
+	}
+	if len(healed) == 0 {
+		return
+	}
+	m.log.Info("GPU reset; its devices are healthy again", "gpu", gpuUUID, "devices", healed)
+	m.refreshLocked()
+	if critical {
+		m.saveHealthLocked()
+	}
 }
 
 // migUUIDs finds the MIG device UUIDs of GPU instance gi (compute instance
@@ -136,15 +174,19 @@ func (m *Manager) migUUIDs(gpuUUID string, gi, ci int) ([]string, error) {
 	return nil, fmt.Errorf("no GPU with UUID %s", gpuUUID)
 }
 
-// recover turns devices healthy whose last critical XID is at least the
-// quiet period old, and returns how long the next wait for events may be.
+// recover turns devices healthy whose last recoverable XID is at least
+// the quiet period old, and returns how long the next wait for events may
+// be. Devices a critical XID hit stay unhealthy.
 func (m *Manager) recover(now time.Time) time.Duration {
-	quiet := m.opts.Health.Quiet
+	quiet := m.opts.Health.Policy.Quiet
 	wait := m.opts.Health.Poll
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	healed := false
 	for u, s := range m.sick {
+		if s.class != xidpolicy.Recoverable {
+			continue
+		}
 		left := quiet - now.Sub(s.at)
 		if left <= 0 {
 			delete(m.sick, u)

@@ -15,13 +15,31 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 const testQuiet = time.Second
 
+// recoverable is a policy with the given ignored XIDs (nil: the default
+// ones) under which the XIDs recover after quiet.
+func recoverable(quiet time.Duration, ignored []uint64, xids ...uint64) xidpolicy.Policy {
+	p := xidpolicy.Default()
+	if ignored != nil {
+		p.Ignored = slices.Sorted(slices.Values(ignored))
+	}
+	p.Recoverable = []uint64{}
+	for _, x := range slices.Sorted(slices.Values(xids)) {
+		if !slices.Contains(p.Ignored, x) && !slices.Contains(p.Recoverable, x) {
+			p.Recoverable = append(p.Recoverable, x)
+		}
+	}
+	p.Quiet = quiet
+	return p
+}
+
 // healthEnv runs a Manager with a fake NVML: GPUs 0, 1 and 3 shared 2 ways,
-// MIG devices GI 1, 2 and 3 (2 replicas each) on GPU 2. h gives the
-// ignored XIDs, the quiet period and the clock; the loop polls every 10 ms.
+// MIG devices GI 1, 2 and 3 (2 replicas each) on GPU 2. h gives the XID
+// policy, the clock and the state file; the loop polls every 10 ms.
 func healthEnv(t *testing.T, h HealthOptions, reg prometheus.Registerer) (*env, *fakeNVML, map[string]*stubPlugin) {
 	t.Helper()
 	f := newFakeNVML(4)
@@ -70,7 +88,7 @@ func with(m map[string]string, h string, ids ...string) map[string]string {
 	return out
 }
 
-// healthSentinels are, per resource of healthEnv, a critical XID (under
+// healthSentinels are, per resource of healthEnv, an XID not ignored (under
 // the default and the custom ignore lists) on devices no case of
 // TestHealthXIDs touches, the UUID it marks and the device IDs it turns
 // unhealthy.
@@ -111,7 +129,7 @@ func TestHealthXIDs(t *testing.T) {
 		{"unresolvable MIG instance falls back to the GPU", nil, partition.XIDEvent{UUID: "GPU-2", XID: 94, GIID: 9, CIID: 0},
 			map[string][]string{migRes: migEvery}, map[string]uint64{"GPU-2": 94}},
 		{"custom ignore list: 79 ignored", []uint64{79}, partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1}, nil, nil},
-		{"custom ignore list: 13 critical", []uint64{79}, partition.XIDEvent{UUID: "GPU-1", XID: 13, GIID: -1, CIID: -1},
+		{"custom ignore list: 13 not ignored", []uint64{79}, partition.XIDEvent{UUID: "GPU-1", XID: 13, GIID: -1, CIID: -1},
 			map[string][]string{sharedRes: {"GPU-1::0", "GPU-1::1"}}, map[string]uint64{"GPU-1": 13}},
 		{"unknown GPU: recorded, no advertised device changes", nil, partition.XIDEvent{UUID: "GPU-7", XID: 79, GIID: -1, CIID: -1},
 			nil, map[string]uint64{"GPU-7": 79}},
@@ -121,7 +139,10 @@ func TestHealthXIDs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			reg := prometheus.NewRegistry()
-			e, f, plugins := healthEnv(t, HealthOptions{IgnoredXIDs: tt.ignored, Quiet: testQuiet}, reg)
+			// Every XID of the cases not ignored recovers: the test is
+			// of which devices an XID hits, and of their recovery.
+			pol := recoverable(testQuiet, tt.ignored, 13, 48, 79, 94)
+			e, f, plugins := healthEnv(t, HealthOptions{Policy: pol}, reg)
 			start := time.Now()
 			f.events <- tt.ev
 			// Every resource the XID must leave alone gets a sentinel XID
@@ -186,7 +207,7 @@ func TestHealthXIDs(t *testing.T) {
 
 func TestHealthQuietPeriodRestartsOnNewXID(t *testing.T) {
 	const quiet = time.Second
-	e, f, plugins := healthEnv(t, HealthOptions{Quiet: quiet}, nil)
+	e, f, plugins := healthEnv(t, HealthOptions{Policy: recoverable(quiet, nil, 79)}, nil)
 	p := plugins[sharedRes]
 	first := time.Now()
 	f.events <- partition.XIDEvent{UUID: "GPU-0", XID: 79, GIID: -1, CIID: -1}
@@ -222,7 +243,7 @@ func TestHealthLoopSurvivesNVMLErrors(t *testing.T) {
 	f.failWait = 1  // then an event set whose first Wait fails
 	e := newEnv(t, Options{
 		NVML:   f,
-		Health: HealthOptions{Quiet: time.Hour, Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+		Health: HealthOptions{Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
 	}, true)
 	e.update(t, timeslice.Resources{carvev1.GPUResource: wholeGPUs(0, 1)})
 	p := e.kubelet.plugin(t, carvev1.GPUResource, msgWait)
@@ -316,7 +337,7 @@ func waitXIDsHandled(t *testing.T, m *Manager, n int) {
 func TestHealthStormBounded(t *testing.T) {
 	const quiet = 2 * time.Second
 	clock := &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	e, f, plugins := healthEnv(t, HealthOptions{Quiet: quiet, Now: clock.Now}, nil)
+	e, f, plugins := healthEnv(t, HealthOptions{Policy: recoverable(quiet, nil, 48, 79, 94), Now: clock.Now}, nil)
 	sharedAll := allHealthy("GPU-0::0", "GPU-0::1", "GPU-1::0", "GPU-1::1", "GPU-3::0", "GPU-3::1")
 	migAll := allHealthy("MIG-2-1::0", "MIG-2-1::1", "MIG-2-2::0", "MIG-2-2::1", "MIG-2-3::0", "MIG-2-3::1")
 	storm := []partition.XIDEvent{

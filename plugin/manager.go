@@ -14,6 +14,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/carve-dev/carve/timeslice"
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 // AdvertisedDevice is a device as ListAndWatch reports it now.
@@ -33,16 +34,16 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *metrics
 	topo    *topology
-	ignored map[uint64]bool
 
 	mu      sync.Mutex
 	servers map[string]*server // by resource name
 	// withdrawn holds device IDs, device UUIDs and GPU UUIDs Withdraw took
 	// out of ListAndWatch until the next Update.
 	withdrawn timeslice.IDSet
-	// sick maps a GPU or MIG device UUID to the time of the last critical
-	// XID on it.
-	sick map[string]sickness
+	// sick maps a GPU or MIG device UUID to the last XID that made it
+	// unhealthy; bootID is the node's boot when the Manager started.
+	sick   map[string]sickness
+	bootID string
 
 	// token is random per Manager and part of every socket name, so that
 	// no listener takes the path of an earlier Manager's (nextSocket).
@@ -61,10 +62,14 @@ type Manager struct {
 	watchingOnce sync.Once
 }
 
-// sickness records the last critical XID on a device.
+// sickness records the last XID that made a device unhealthy: when, on
+// which GPU, and its class (recoverable or critical; a critical XID is
+// never downgraded by a later recoverable one).
 type sickness struct {
-	at  time.Time
-	xid uint64
+	at    time.Time
+	xid   uint64
+	gpu   string
+	class xidpolicy.Class
 }
 
 // New returns a Manager with no resources. Nothing listens until Update.
@@ -81,16 +86,11 @@ func New(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	ignored := make(map[uint64]bool, len(o.Health.IgnoredXIDs))
-	for _, x := range o.Health.IgnoredXIDs {
-		ignored[x] = true
-	}
-	return &Manager{
+	m := &Manager{
 		opts:      o,
 		log:       o.Logger,
 		metrics:   met,
 		topo:      newTopology(o.NVML, o.Logger),
-		ignored:   ignored,
 		servers:   map[string]*server{},
 		withdrawn: timeslice.IDSet{},
 		sick:      map[string]sickness{},
@@ -98,7 +98,11 @@ func New(opts Options) (*Manager, error) {
 		listeners: map[string]uint64{},
 		kick:      make(chan struct{}, 1),
 		watching:  make(chan struct{}),
-	}, nil
+	}
+	if err := m.loadHealth(); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Update makes the advertised resources equal to res. It diffs res against
@@ -269,8 +273,8 @@ func (m *Manager) Advertised() map[string][]AdvertisedDevice {
 	return out
 }
 
-// Unhealthy returns the GPU and MIG device UUIDs a critical XID keeps
-// unhealthy now, with the last such XID.
+// Unhealthy returns the GPU and MIG device UUIDs an XID keeps unhealthy
+// now, with the last such XID.
 func (m *Manager) Unhealthy() map[string]uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 // ReplicaPolicy says how GetPreferredAllocation picks replicas of
@@ -46,9 +47,6 @@ const (
 	// DefaultRetryInterval is how often Run retries registrations that
 	// failed and checks that every server's socket is still in place.
 	DefaultRetryInterval = 5 * time.Second
-	// DefaultHealthQuiet is how long a device stays unhealthy after the
-	// last critical XID on it.
-	DefaultHealthQuiet = 5 * time.Minute
 	// DefaultHealthPoll bounds one wait for XID events; it is also how
 	// quickly the health loop notices cancellation.
 	DefaultHealthPoll = 500 * time.Millisecond
@@ -58,23 +56,22 @@ const (
 	DefaultHealthMaxBackoff = 30 * time.Second
 )
 
-// DefaultIgnoredXIDs returns the XIDs the health loop ignores by default:
-// errors an application causes (13 graphics engine exception, 31 memory page
-// fault, 43 reset channel, 45 preemptive cleanup, 68 video processor
-// exception, 109 context switch timeout) rather than faults of the GPU. It
-// returns a new slice on each call.
-func DefaultIgnoredXIDs() []uint64 { return []uint64{13, 31, 43, 45, 68, 109} }
-
 // HealthOptions configures the XID health loop.
 type HealthOptions struct {
 	// Disabled turns the health loop off; every device stays Healthy.
 	Disabled bool
-	// IgnoredXIDs are XIDs that do not affect health. nil means
-	// DefaultIgnoredXIDs(); an empty non-nil slice ignores none.
-	IgnoredXIDs []uint64
-	// Quiet is how long after the last critical XID on a device it turns
-	// Healthy again (default DefaultHealthQuiet).
-	Quiet time.Duration
+	// Policy says which XIDs are ignored, which make a device unhealthy
+	// for a quiet period, and which (the critical ones) until its GPU is
+	// reset or the node reboots. A zero Policy (nil Ignored) means
+	// xidpolicy.Default().
+	Policy xidpolicy.Policy
+	// StateFile keeps the devices critical XIDs made unhealthy across
+	// restarts of the agent (carvev1.XIDHealth); "" keeps none (for tests:
+	// a restarted Manager then forgets them).
+	StateFile string
+	// BootID returns the node's boot ID; a StateFile of another boot is
+	// stale (the reboot reset every GPU). Default: ReadBootID.
+	BootID func() (string, error)
 	// Poll bounds one EventSet.Wait (default DefaultHealthPoll).
 	Poll time.Duration
 	// MinBackoff and MaxBackoff bound the exponential backoff after NVML
@@ -148,11 +145,11 @@ func (o Options) withDefaults() (Options, error) {
 		o.RetryInterval = DefaultRetryInterval
 	}
 	h := &o.Health
-	if h.IgnoredXIDs == nil {
-		h.IgnoredXIDs = DefaultIgnoredXIDs()
+	if h.Policy.Ignored == nil {
+		h.Policy = xidpolicy.Default()
 	}
-	if h.Quiet <= 0 {
-		h.Quiet = DefaultHealthQuiet
+	if h.BootID == nil {
+		h.BootID = ReadBootID
 	}
 	if h.Poll <= 0 {
 		h.Poll = DefaultHealthPoll

@@ -1,13 +1,15 @@
 package plugin
 
 import (
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 func TestOptionsDefaults(t *testing.T) {
@@ -19,19 +21,19 @@ func TestOptionsDefaults(t *testing.T) {
 	if o.DevicePluginDir != "/var/lib/kubelet/device-plugins/" || o.KubeletSocket != "kubelet.sock" || o.CDIKind != "nvidia.com/gpu" {
 		t.Errorf("paths/kinds: %q %q %q", o.DevicePluginDir, o.KubeletSocket, o.CDIKind)
 	}
-	if !reflect.DeepEqual(o.Health.IgnoredXIDs, []uint64{13, 31, 43, 45, 68, 109}) || o.Health.Quiet != DefaultHealthQuiet {
-		t.Errorf("health defaults: %+v", o.Health)
+	if diff := cmp.Diff(xidpolicy.Default(), o.Health.Policy); diff != "" {
+		t.Errorf("health policy defaults (-want +got):\n%s", diff)
 	}
 	if o.ReplicaPolicy.String() != "spread" || Pack.String() != "pack" {
 		t.Errorf("policy names %q %q", o.ReplicaPolicy, Pack)
 	}
 	// An explicit empty ignore list ignores nothing.
-	m, err = New(Options{Health: HealthOptions{IgnoredXIDs: []uint64{}}})
+	m, err = New(Options{Health: HealthOptions{Policy: xidpolicy.Policy{Ignored: []uint64{}, Quiet: time.Second}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.ignored[13] {
-		t.Error("XID 13 ignored with an empty ignore list")
+	if c := m.opts.Health.Policy.Classify(13); c != xidpolicy.Critical {
+		t.Errorf("XID 13 is %v with an empty ignore list, want critical", c)
 	}
 }
 

@@ -68,7 +68,7 @@ func TestWithSimulator(t *testing.T) {
 
 	e := newEnv(t, Options{
 		NVML:   m,
-		Health: HealthOptions{Quiet: time.Hour, Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+		Health: HealthOptions{Poll: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond},
 	}, true)
 	e.update(t, res)
 	gpuP := e.kubelet.plugin(t, carvev1.GPUResource, msgWait)

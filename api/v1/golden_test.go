@@ -31,7 +31,7 @@ type golden struct {
 }
 
 func goldens() []golden {
-	rec, cp, plan, claims := goldenRecord(), goldenCheckpoint(), goldenPlanDocument(), goldenPreparedClaims()
+	rec, cp, plan, claims, xid := goldenRecord(), goldenCheckpoint(), goldenPlanDocument(), goldenPreparedClaims(), goldenXIDHealth()
 	return []golden{
 		{"record-v1.json", rec,
 			func() ([]byte, error) { s, err := rec.Encode(); return []byte(s), err },
@@ -43,7 +43,19 @@ func goldens() []golden {
 			func(d []byte) (any, error) { var p PlanDocument; err := decodeStrict(d, &p); return p, err }},
 		{"claims-v1.json", claims, claims.Encode,
 			func(d []byte) (any, error) { return DecodePreparedClaims(d) }},
+		{"xid-health-v1.json", xid, xid.Encode,
+			func(d []byte) (any, error) { return DecodeXIDHealth(d) }},
 	}
+}
+
+// goldenXIDHealth is a record of devices critical XIDs made unhealthy: a
+// whole GPU and a MIG device of another.
+func goldenXIDHealth() XIDHealth {
+	at := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	return XIDHealth{Version: XIDHealthVersion, BootID: "6c4f0d3e-7b0a-4d4e-9d1c-2a5b8f1e0c11", Devices: []XIDUnhealthy{
+		{UUID: "GPU-11111111-2222-3333-4444-555555555555", GPU: "GPU-11111111-2222-3333-4444-555555555555", XID: 79, At: at},
+		{UUID: "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", GPU: "GPU-66666666-7777-8888-9999-000000000000", XID: 94, At: at.Add(time.Minute)},
+	}}
 }
 
 // TestGolden: each format's golden file decodes, as carve reads it, to the
@@ -331,11 +343,16 @@ func TestStateFilesFromNewerAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	xid, err := goldenXIDHealth().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
 	decoders := map[string]func([]byte) error{
 		"checkpoint":      func(d []byte) error { _, err := DecodeCheckpoint(d); return err },
 		"prepared claims": func(d []byte) error { _, err := DecodePreparedClaims(d); return err },
+		"XID health":      func(d []byte) error { _, err := DecodeXIDHealth(d); return err },
 	}
-	for name, data := range map[string][]byte{"checkpoint": cp, "prepared claims": claims} {
+	for name, data := range map[string][]byte{"checkpoint": cp, "prepared claims": claims, "XID health": xid} {
 		if err := decoders[name](data); err != nil {
 			t.Fatalf("%s: the golden value is refused: %v", name, err)
 		}

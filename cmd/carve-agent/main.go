@@ -28,6 +28,7 @@ import (
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/gpus"
 	"github.com/carve-dev/carve/plugin"
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 // DefaultShutdownTimeout is --shutdown-timeout's default: the slowest
@@ -62,6 +63,7 @@ type options struct {
 	// shutdownTimeout bounds the wait for the agent to stop after SIGTERM
 	// (--shutdown-timeout).
 	shutdownTimeout time.Duration
+	xidPolicy       xidpolicy.Policy
 	// version: print the build and exit (--version); nothing else is
 	// checked.
 	version bool
@@ -85,7 +87,8 @@ type flagSpec struct {
 // taken from its environment variable, else its default.
 func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
 	var o options
-	var configMap, logLevel, operands, shutdownTimeout string
+	var configMap, logLevel, operands, shutdownTimeout, xidQuiet string
+	xid := xidpolicy.DefaultSettings()
 	specs := []flagSpec{
 		{"node-name", "NODE_NAME", "", "the Node this agent owns (required)", &o.nodeName},
 		{"kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster", &o.kubeconfig},
@@ -104,6 +107,11 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		{"profile-label", "CARVE_PROFILE_LABEL", carvev1.LabelProfile, "the node label that pins a profile; nvidia.com/mig.config for nodes labelled for NVIDIA's MIG manager", &o.profileLabel},
 		{"log-level", "CARVE_LOG_LEVEL", "info", "debug, info, warn or error", &logLevel},
 		{"shutdown-timeout", "CARVE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "on SIGTERM, how long the agent waits for the GPU operation in flight to finish (then it checkpoints and exits); past it, it exits with the operation still running. Keep it below the pod's terminationGracePeriodSeconds", &shutdownTimeout},
+		{"xid-ignored", "CARVE_XID_IGNORED", xid.Ignored, "XIDs that leave device health alone (errors an application causes), comma-separated; \"\" for none", &xid.Ignored},
+		{"xid-recoverable", "CARVE_XID_RECOVERABLE", xid.Recoverable, "XIDs that make a device unhealthy only until --xid-recovery-quiet passes without another, comma-separated; every XID neither ignored nor recoverable keeps the device unhealthy until its GPU is reset or the node reboots", &xid.Recoverable},
+		{"xid-recovery-quiet", "CARVE_XID_RECOVERY_QUIET", xid.Quiet.String(), "how long a device a recoverable XID hit stays unhealthy after the last one", &xidQuiet},
+		{"xid-taint-recoverable", "CARVE_XID_TAINT_RECOVERABLE", xid.RecoverableTaint, "with --advertise dra, the device taint effect of a recoverable XID: NoSchedule, NoExecute or None", &xid.RecoverableTaint},
+		{"xid-taint-critical", "CARVE_XID_TAINT_CRITICAL", xid.CriticalTaint, "with --advertise dra, the device taint effect of a critical XID: NoSchedule, NoExecute or None", &xid.CriticalTaint},
 	}
 	fs := flag.NewFlagSet("carve-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -171,6 +179,14 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		return o, fmt.Errorf("--shutdown-timeout %q: want a positive duration such as 150s", shutdownTimeout)
 	}
 	o.shutdownTimeout = d
+	q, err := time.ParseDuration(xidQuiet)
+	if err != nil {
+		return o, fmt.Errorf("%s %q: want a duration such as 5m", xidpolicy.FlagRecoveryQuiet, xidQuiet)
+	}
+	xid.Quiet = q
+	if o.xidPolicy, err = xidpolicy.Parse(xid); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -277,7 +293,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
 		ProfileLabel: o.profileLabel, Labels: agent.LabelOptions{MIGManagerState: o.migManagerState, CarveOnly: !o.gfdLabels},
 		PauseOperands: o.pauseOperands, RolloutSlotDuration: slotDuration, RolloutRetry: slotRetry,
-		Version: buildinfo.Get(),
+		XIDPolicy: o.xidPolicy, Version: buildinfo.Get(),
 	})
 	if err != nil {
 		return err

@@ -2,12 +2,15 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"go/build"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -20,6 +23,7 @@ import (
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/gpus"
 	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 // defaultOptions are the options of --node-name NODE and nothing else.
@@ -28,7 +32,7 @@ func defaultOptions(node string) options {
 		advertise: "device-plugin", kubeletRootDir: "/var/lib/kubelet", cdiDir: "/var/run/cdi", devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		stateDir: "/var/lib/carve", metricsAddr: ":9465", simLatency: "none", logLevel: slog.LevelInfo,
 		profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"dcgm-exporter", "dcgm"},
-		shutdownTimeout: DefaultShutdownTimeout}
+		shutdownTimeout: DefaultShutdownTimeout, xidPolicy: xidpolicy.Default()}
 }
 
 // wantOptions checks that the options are defaultOptions(node) changed by
@@ -60,12 +64,15 @@ func TestParseOptions(t *testing.T) {
 				"CARVE_SIM_STATE": "/s.json", "CARVE_STATE_DIR": "/st", "CARVE_METRICS_ADDR": ":1", "CARVE_LOG_LEVEL": "debug",
 				"CARVE_DEVICE_PLUGIN_DIR": "/dp", "CARVE_POD_RESOURCES_SOCKET": "/pr.sock", "CARVE_SIM_LATENCY": "realistic",
 				"CARVE_PROFILE_LABEL": "nvidia.com/mig.config", "CARVE_MIG_MANAGER_STATE_LABEL": "true", "CARVE_GFD_LABELS": "false", "CARVE_CDI": "1",
-				"CARVE_PAUSE_OPERANDS": "none", "CARVE_ADVERTISE": "device-plugin", "CARVE_SHUTDOWN_TIMEOUT": "1m"},
+				"CARVE_PAUSE_OPERANDS": "none", "CARVE_ADVERTISE": "device-plugin", "CARVE_SHUTDOWN_TIMEOUT": "1m",
+				"CARVE_XID_IGNORED": "13", "CARVE_XID_RECOVERABLE": "94,48", "CARVE_XID_RECOVERY_QUIET": "90s",
+				"CARVE_XID_TAINT_RECOVERABLE": "None", "CARVE_XID_TAINT_CRITICAL": "NoExecute"},
 			check: func(t *testing.T, o options) {
 				t.Helper()
 				want := options{nodeName: "n2", kubeconfig: "/k", configMapNamespace: "ns", configMapName: "cm", gpus: "sim:dgx-h100",
 					simState: "/s.json", simLatency: "realistic", advertise: "device-plugin", kubeletRootDir: "/var/lib/kubelet", cdiDir: "/var/run/cdi", devicePluginDir: "/dp", podResourcesSocket: "/pr.sock", stateDir: "/st", metricsAddr: ":1",
-					logLevel: slog.LevelDebug, profileLabel: "nvidia.com/mig.config", migManagerState: true, cdi: true, shutdownTimeout: time.Minute}
+					logLevel: slog.LevelDebug, profileLabel: "nvidia.com/mig.config", migManagerState: true, cdi: true, shutdownTimeout: time.Minute,
+					xidPolicy: xidpolicy.Policy{Ignored: []uint64{13}, Recoverable: []uint64{48, 94}, Quiet: 90 * time.Second, RecoverableTaint: xidpolicy.EffectNone, CriticalTaint: xidpolicy.NoExecute}}
 				if diff := cmp.Diff(want, o, cmp.AllowUnexported(options{})); diff != "" {
 					t.Fatalf("options (-want +got):\n%s", diff)
 				}
@@ -96,6 +103,23 @@ func TestParseOptions(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "XID policy flags",
+			args: []string{"--node-name", "n", "--xid-ignored=", "--xid-recoverable", "79", "--xid-recovery-quiet", "1h", "--xid-taint-critical", "NoExecute"},
+			check: wantOptions("n", func(o *options) {
+				o.xidPolicy = xidpolicy.Policy{Ignored: []uint64{}, Recoverable: []uint64{79}, Quiet: time.Hour, RecoverableTaint: xidpolicy.NoSchedule, CriticalTaint: xidpolicy.NoExecute}
+			}),
+		},
+		{name: "XID in two classes", args: []string{"--node-name", "n", "--xid-recoverable", "31,79"}, wantErr: true,
+			errText: `--xid-recoverable "31,79": XID 31 is also in --xid-ignored "13,31,43,45,68,109": an XID has one class`},
+		{name: "bad XID", args: []string{"--node-name", "n", "--xid-ignored", "13,abc"}, wantErr: true,
+			errText: `--xid-ignored "13,abc": "abc" is not an XID: want a number from 1 to 65535`},
+		{name: "bad quiet period", args: []string{"--node-name", "n", "--xid-recovery-quiet", "soon"}, wantErr: true,
+			errText: `--xid-recovery-quiet "soon": want a duration such as 5m`},
+		{name: "zero quiet period", args: []string{"--node-name", "n", "--xid-recovery-quiet", "0s"}, wantErr: true,
+			errText: `--xid-recovery-quiet 0s: want a duration above 0 and at most 168h0m0s`},
+		{name: "bad taint effect", args: []string{"--node-name", "n", "--xid-taint-recoverable", "PreferNoSchedule"}, wantErr: true,
+			errText: `--xid-taint-recoverable "PreferNoSchedule": want NoSchedule, NoExecute or None`},
 		{name: "a profile label carve writes", args: []string{"--node-name", "n", "--profile-label", "carve.dev/state"}, wantErr: true,
 			errText: `--profile-label: profile label "carve.dev/state": a key carve writes itself; an operator's label must be another (carve.dev/profile, nvidia.com/mig.config, or one of your own)`},
 		{
@@ -369,5 +393,38 @@ func TestAwaitShutdown(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("gave up after %s, want about the timeout", took)
+	}
+}
+
+// TestEveryFlagDocumented: each flag carve-agent has is a row of
+// docs/reference.md's table of flags, with its environment variable.
+func TestEveryFlagDocumented(t *testing.T) {
+	var usage strings.Builder
+	if _, err := parseOptions([]string{"--help"}, func(string) string { return "" }, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "reference.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := regexp.MustCompile(`(?m)^  -([a-z][-a-z]*)`).FindAllStringSubmatch(usage.String(), -1)
+	if len(flags) < 20 {
+		t.Fatalf("only %d flags found in the usage text:\n%s", len(flags), usage.String())
+	}
+	envs := regexp.MustCompile(`\[([A-Z_]+)\]`)
+	for _, f := range flags {
+		name := f[1]
+		row := "| `--" + name + "` |"
+		_, line, found := strings.Cut(string(doc), row)
+		if !found {
+			t.Errorf("docs/reference.md has no row %s", row)
+			continue
+		}
+		line, _, _ = strings.Cut(line, "\n")
+		_, rest, _ := strings.Cut(usage.String(), "  -"+name+" ")
+		rest, _, _ = strings.Cut(rest, "\n  -")
+		if m := envs.FindStringSubmatch(rest); m != nil && !strings.Contains(line, "`"+m[1]+"`") {
+			t.Errorf("docs/reference.md's row of --%s lacks its environment variable %s", name, m[1])
+		}
 	}
 }

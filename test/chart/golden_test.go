@@ -34,6 +34,7 @@ func goldenCases() []struct{ name, what string } {
 		{"podmonitor", "a PodMonitor instead of the Service and ServiceMonitor"},
 		{"local-cluster", "the values test/e2e installs with on the local cluster"},
 		{"dra", "advertise: dra with another kubelet root and CDI directory, and extended-resource DeviceClasses"},
+		{"xid-policy", "the XID policy set: nothing ignored, two XIDs recoverable after 10 minutes, a taint effect per class"},
 	}
 }
 

@@ -50,6 +50,7 @@ import (
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
 	"github.com/carve-dev/carve/timeslice"
+	"github.com/carve-dev/carve/xidpolicy"
 )
 
 // The scenarios of the cluster records, one table each in the report.
@@ -1021,9 +1022,20 @@ func quiesce(ctx context.Context, t *testing.T, reg *prometheus.Registry) {
 	}
 }
 
-// xidQuiet is how long a device stays unhealthy after the last critical
-// XID on it in the storm scenario (carve-agent's default is 5 minutes).
+// xidQuiet is how long a device stays unhealthy after the last XID on it
+// in the storm scenario (carve-agent's default is 5 minutes).
 const xidQuiet = 8 * time.Second
+
+// xidStormPolicy makes the XIDs the storms raise that are not ignored
+// (79, 94, 95, 48) recoverable after xidQuiet: the storms measure how the
+// health flaps stay bounded through recovery. Under the default policy
+// they are critical, and a device they hit stays unhealthy until its GPU
+// is reset (the plugin's unit tests cover that).
+func xidStormPolicy() xidpolicy.Policy {
+	p := xidpolicy.Default()
+	p.Recoverable, p.Quiet = []uint64{48, 79, 94, 95}, xidQuiet
+	return p
+}
 
 // xidShot is one XID raised on a GPU (gi, ci -1) or one of its MIG
 // devices; sick is the GPU or MIG device UUID it makes unhealthy, "" for
@@ -1148,7 +1160,7 @@ func startHealthPlugin(ctx context.Context, t *testing.T, c *cluster.Cluster, m 
 	mgr, err := plugin.New(plugin.Options{
 		DevicePluginDir: c.DevicePluginDir(), NVML: m, RetryInterval: time.Second,
 		Logger: slog.New(slog.NewTextHandler(lf, nil)),
-		Health: plugin.HealthOptions{Quiet: xidQuiet, Poll: 100 * time.Millisecond},
+		Health: plugin.HealthOptions{Policy: xidStormPolicy(), Poll: 100 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
