@@ -1,13 +1,11 @@
 package agent
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
@@ -254,22 +252,5 @@ func TestHeldMidChangeKeepsItsSlot(t *testing.T) {
 	fl.writeRecord("gpu-a", done.Annotation)
 	if d := fl.acquire(b); !d.Granted {
 		t.Fatalf("gpu-b once gpu-a's record says the change is over: %+v", d)
-	}
-}
-
-// writeRecord makes rec the node record of node.
-func (f *fleet) writeRecord(node string, rec carvev1.NodeRecord) {
-	f.t.Helper()
-	enc, err := rec.Encode()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	n.Annotations = map[string]string{carvev1.AnnotationRecord: enc}
-	if _, err := f.cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-		f.t.Fatal(err)
 	}
 }

@@ -106,6 +106,12 @@ func (f *fleet) markMidChange(node string, mid bool) {
 	if mid {
 		rec.Change = &carvev1.ChangeRecord{Since: f.wall.Now().Format(time.RFC3339), Profile: "small"}
 	}
+	f.writeRecord(node, rec)
+}
+
+// writeRecord makes rec the node record of node.
+func (f *fleet) writeRecord(node string, rec carvev1.NodeRecord) {
+	f.t.Helper()
 	enc, err := rec.Encode()
 	if err != nil {
 		f.t.Fatal(err)
