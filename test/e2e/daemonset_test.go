@@ -50,9 +50,9 @@ const (
 // Namespace, ServiceAccount, RBAC, ConfigMap and DaemonSet created through
 // the API server with only what a local cluster needs changed (image,
 // simulated DGX H100, kubelet paths, host network), and checks that the
-// pod becomes Ready through its readiness probe, realises the default and
-// then a labelled profile with the ServiceAccount's least-privilege RBAC,
-// and serves a pod a MIG device.
+// pod becomes Ready through its readiness probe, adopts the node as it is
+// (the sample ConfigMap selects no node), realises a labelled profile with
+// the ServiceAccount's least-privilege RBAC, and serves a pod a MIG device.
 func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 	c := suite.Cluster(t)
 	cs := c.Clientset()
@@ -106,9 +106,11 @@ func TestDaemonSetOnTheLocalCluster(t *testing.T) {
 		t.Fatalf("DaemonSet status never showed 1 of 1 ready: %v", err)
 	}
 
-	n := waitState(ctx, t, c, carvev1.StateSuccess, "full")
-	if got := n.Labels[carvev1.LabelSource]; got != "default" {
-		t.Errorf("%s = %q, want default", carvev1.LabelSource, got)
+	// The sample ConfigMap selects no node: the node's whole GPUs are
+	// adopted as they are.
+	n := waitState(ctx, t, c, carvev1.StateAdopted, "")
+	if got := n.Labels[carvev1.LabelSource]; got != carvev1.SourceAdopted {
+		t.Errorf("%s = %q, want %s", carvev1.LabelSource, got, carvev1.SourceAdopted)
 	}
 	if rec, err := harness.RecordOf(n); err != nil || rec.AgentVersion != agentVersion {
 		t.Errorf("the node record says agent version %q (err %v), want the image's %s", rec.AgentVersion, err, agentVersion)
