@@ -11,9 +11,15 @@ import (
 	"github.com/carve-dev/carve/timeslice"
 )
 
+// holdSet is the label that holds a node, as it is written on it.
+const holdSet = carvev1.LabelHold + "=" + carvev1.HoldTrue
+
+// holdWait is the start of a held node's waiting reason.
+const holdWait = "its hold to be removed (" + holdSet + ")"
+
 // ErrHeld is the error of a step not taken because an operator holds the
 // node (carve.dev/hold=true).
-var ErrHeld = errors.New("the node is held (" + carvev1.LabelHold + "=" + carvev1.HoldTrue + ")")
+var ErrHeld = errors.New("the node is held (" + holdSet + ")")
 
 // checkHold reads the hold from the labels the pass starts from: a held
 // node is in state held whatever else the pass finds, short of a failure;
@@ -37,7 +43,7 @@ func (p *pass) checkHold() (bool, error) {
 	}
 	p.held = true
 	p.raise(carvev1.StateHeld)
-	p.waitReason = "its hold to be removed (" + carvev1.LabelHold + "=" + carvev1.HoldTrue + ")"
+	p.waitReason = holdWait
 	return true, nil
 }
 
@@ -93,9 +99,8 @@ func (p *pass) wouldChange(plan partition.NodePlan) string {
 // holdNoted records what the held node would do, in its record and an
 // Event.
 func (p *pass) holdNoted(would string) {
-	p.waitReason = fmt.Sprintf("its hold to be removed (%s=%s); it would then apply %s", carvev1.LabelHold, carvev1.HoldTrue, would)
-	p.event(false, carvev1.ReasonHeld, "node held by %s=%s: carve observes only; without the hold it would apply %s",
-		carvev1.LabelHold, carvev1.HoldTrue, would)
+	p.waitReason = holdWait + "; it would then apply " + would
+	p.event(false, carvev1.ReasonHeld, "node held by %s: carve observes only; without the hold it would apply %s", holdSet, would)
 }
 
 // heldNow reports whether the node is held at this instant (the Hold
@@ -112,10 +117,9 @@ func (p *pass) stopHeld(ops int) {
 	}
 	p.held, p.r.held = true, true
 	p.raise(carvev1.StateHeld)
-	p.waitReason = fmt.Sprintf("its hold to be removed (%s=%s); the change to profile %s stopped at an operation boundary after %d ops",
-		carvev1.LabelHold, carvev1.HoldTrue, p.sel.Profile, ops)
-	p.event(false, carvev1.ReasonHeld, "node held by %s=%s: the change to profile %s stopped at an operation boundary after %d ops; it goes on once the hold is removed",
-		carvev1.LabelHold, carvev1.HoldTrue, p.sel.Profile, ops)
+	p.waitReason = fmt.Sprintf("%s; the change to profile %s stopped at an operation boundary after %d ops", holdWait, p.sel.Profile, ops)
+	p.event(false, carvev1.ReasonHeld, "node held by %s: the change to profile %s stopped at an operation boundary after %d ops; it goes on once the hold is removed",
+		holdSet, p.sel.Profile, ops)
 	p.log.Info("held mid-change", "profile", p.sel.Profile, "opsDone", ops)
 }
 
