@@ -251,20 +251,12 @@ func (g *fakeGPU) newDevice() *mock.Device {
 		GetComputeRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			var ps []gonvml.ProcessInfo
-			for _, pid := range g.procs {
-				ps = append(ps, gonvml.ProcessInfo{Pid: pid})
-			}
-			return ps, gonvml.SUCCESS
+			return processInfos(g.procs), gonvml.SUCCESS
 		},
 		GetGraphicsRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			var ps []gonvml.ProcessInfo
-			for _, pid := range g.gfx {
-				ps = append(ps, gonvml.ProcessInfo{Pid: pid})
-			}
-			return ps, gonvml.SUCCESS
+			return processInfos(g.gfx), gonvml.SUCCESS
 		},
 		GetGpuInstanceProfileInfoFunc: func(enum int) (gonvml.GpuInstanceProfileInfo, gonvml.Return) {
 			g.mu.Lock()
@@ -373,11 +365,7 @@ func (g *fakeGPU) migDevice(giID uint32, ci *fakeCI) *mock.Device {
 		GetComputeInstanceIdFunc: func() (int, gonvml.Return) { return int(ci.id), gonvml.SUCCESS },
 		GetUUIDFunc:              func() (string, gonvml.Return) { return ci.uuid, gonvml.SUCCESS },
 		GetComputeRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) {
-			var ps []gonvml.ProcessInfo
-			for _, pid := range procs {
-				ps = append(ps, gonvml.ProcessInfo{Pid: pid})
-			}
-			return ps, gonvml.SUCCESS
+			return processInfos(procs), gonvml.SUCCESS
 		},
 		GetGraphicsRunningProcessesFunc: func() ([]gonvml.ProcessInfo, gonvml.Return) { return nil, gonvml.ERROR_NOT_SUPPORTED },
 	}
@@ -575,4 +563,13 @@ func fakeLib(gpus ...*fakeGPU) *mock.Interface {
 			return "", gonvml.ERROR_NOT_FOUND
 		},
 	}
+}
+
+// processInfos is what NVML lists for processes of these PIDs.
+func processInfos(pids []uint32) []gonvml.ProcessInfo {
+	var ps []gonvml.ProcessInfo
+	for _, pid := range pids {
+		ps = append(ps, gonvml.ProcessInfo{Pid: pid})
+	}
+	return ps
 }
