@@ -6,15 +6,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/carve-dev/carve/partition/sim"
 )
 
-const usage = `carvectl — the operator's CLI for carve
+// usageHead is the usage text up to the simulated machines, which
+// usageText adds from the simulator's own lists.
+const usageHead = `carvectl — the operator's CLI for carve
 
 Usage:
   carvectl validate -f profiles.yaml [--gpus sim:<machine>|nvml]
   carvectl plan     -f profiles.yaml --profile NAME --gpus sim:<machine>|nvml [--from STATE.json]
                     [--sim-latency realistic|DURATION|op=DURATION,...] [-o table|json]
-  carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d]
+  carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d] [--tz ZONE]
   carvectl status   [--kubeconfig PATH] [--selector k=v] [--config-map NS/NAME] [-o table|json]
                     [-w|--watch]
   carvectl import   mig-parted -f config.yaml [--device-plugin-config dp.yaml ...]
@@ -25,12 +30,38 @@ Usage:
                     (frees the rollout slot NODE holds; refused while its agent renews it, unless --force)
   carvectl version  [--client] [--kubeconfig PATH] [--selector k=v] [-o table|json]
                     (carvectl's version, and the agents' versions across the cluster)
-
-Simulated machines: sim:dgx-a100, sim:dgx-a100-80, sim:dgx-h100, sim:hgx-h200,
-sim:a30x4, or a list such as sim:h100-80gb*2,a100-40gb*1.
-
-Run 'carvectl COMMAND -h' for a command's flags.
+  carvectl help     (this text; also -h, --help)
 `
+
+// usageText is carvectl's usage: every command with every flag, and every
+// simulated machine and GPU model --gpus accepts.
+func usageText() string {
+	var b strings.Builder
+	b.WriteString(usageHead)
+	b.WriteString("\nSimulated machines (--gpus sim:NAME):\n")
+	writeWrapped(&b, "  ", sim.MachineNames())
+	b.WriteString("or a list of GPU models, each with an optional *COUNT (sim:h100-80gb*2,a100-40gb):\n")
+	writeWrapped(&b, "  ", sim.ModelKeys())
+	b.WriteString("\nRun 'carvectl COMMAND -h' for a command's flags.\n")
+	return b.String()
+}
+
+// writeWrapped writes words comma-separated, in lines of at most about
+// 80 characters, each starting with indent.
+func writeWrapped(b *strings.Builder, indent string, words []string) {
+	line := indent
+	for i, w := range words {
+		if i < len(words)-1 {
+			w += ","
+		}
+		if len(line)+len(w)+1 > 80 && line != indent {
+			b.WriteString(strings.TrimRight(line, " ") + "\n")
+			line = indent
+		}
+		line += w + " "
+	}
+	b.WriteString(strings.TrimRight(line, " ") + "\n")
+}
 
 // exitError carries a process exit code; its message has been printed.
 type exitError struct{ code int }
@@ -65,7 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // prune, rollout and version given, so tests can use a fake API.
 func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageText())
 		return 2
 	}
 	var err error
@@ -89,10 +120,10 @@ func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc
 	case "--version":
 		err = runVersion(append([]string{"--client"}, args[1:]...), stdout, stderr, newClient)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usageText())
 		return 0
 	default:
-		fmt.Fprintf(stderr, "carvectl: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "carvectl: unknown command %q\n\n%s", args[0], usageText())
 		return 2
 	}
 	var ee exitError
