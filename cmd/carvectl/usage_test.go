@@ -47,7 +47,7 @@ func TestUsageListsEverything(t *testing.T) {
 	}
 	usage := stdout.String()
 	lines := map[string]string{}
-	for _, line := range strings.Split(usage, "\n") {
+	for line := range strings.SplitSeq(usage, "\n") {
 		if f := strings.Fields(line); len(f) > 1 && f[0] == "carvectl" {
 			lines[f[1]] = line
 		}
