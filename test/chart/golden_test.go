@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -31,7 +32,7 @@ func goldenCases() []struct{ name, what string } {
 		{"existing-configmap", "profiles from a ConfigMap the chart does not create, in another namespace"},
 		{"gpu-operator", "the settings of configs/deploy/gpu-operator, as docs/helm.md gives them"},
 		{"monitoring", "ServiceMonitor, PrometheusRule and the Grafana dashboard ConfigMap"},
-		{"podmonitor", "a PodMonitor instead of the Service and ServiceMonitor"},
+		{"podmonitor", "a PodMonitor instead of the Service and ServiceMonitor, and the alerts' runbooks in a copy of the docs"},
 		{"local-cluster", "the values test/e2e installs with on the local cluster"},
 		{"dra", "advertise: dra with another kubelet root and CDI directory, and extended-resource DeviceClasses"},
 		{"xid-policy", "the XID policy set: nothing ignored, two XIDs recoverable after 10 minutes, a taint effect per class"},
@@ -112,10 +113,11 @@ func replaceEmbedded(objs []*unstructured.Unstructured) error {
 			}
 			o.Object["data"] = map[string]any{dashboardKey: "<" + dashboardFile + ">"}
 		case o.GetKind() == "PrometheusRule":
-			if err := sameAsAlerts(o.Object["spec"]); err != nil {
+			base, err := sameAsAlerts(o.Object["spec"])
+			if err != nil {
 				return fmt.Errorf("%s: %w", objectKey(o), err)
 			}
-			o.Object["spec"] = "<" + alertsFile + ">"
+			o.Object["spec"] = "<" + alertsFile + ", runbooks at " + base + ">"
 		}
 	}
 	return nil
@@ -127,24 +129,61 @@ func hasData(o *unstructured.Unstructured, key string) bool {
 	return found
 }
 
-// sameAsAlerts checks that spec is the content of files/alerts.yaml.
-func sameAsAlerts(spec any) error {
+// alertsRunbookBase is where files/alerts.yaml's runbook_urls point; the
+// chart points them elsewhere (prometheusRule.runbookBaseURL, or the docs of
+// its appVersion).
+const alertsRunbookBase = "https://github.com/carve-dev/carve/blob/main/docs/"
+
+// sameAsAlerts checks that spec is the content of files/alerts.yaml with
+// every runbook_url moved from alertsRunbookBase to one other base, and
+// returns that base.
+func sameAsAlerts(spec any) (string, error) {
 	raw, err := os.ReadFile(filepath.Join(chartDir, alertsFile))
 	if err != nil {
-		return fmt.Errorf("read alerts: %w", err)
+		return "", fmt.Errorf("read alerts: %w", err)
 	}
 	var want any
 	if err := sigsyaml.Unmarshal(raw, &want); err != nil {
-		return fmt.Errorf("%s: %w", alertsFile, err)
+		return "", fmt.Errorf("%s: %w", alertsFile, err)
 	}
 	got, err := viaJSON(spec)
 	if err != nil {
-		return err
+		return "", err
 	}
+	var first string
+	eachRunbook(got, func(u string) string {
+		if first == "" {
+			first = u
+		}
+		return u
+	})
+	base, _, ok := strings.Cut(first, "monitoring.md#")
+	if !ok {
+		return "", fmt.Errorf("runbook_url %q is not into monitoring.md", first)
+	}
+	eachRunbook(want, func(u string) string { return base + strings.TrimPrefix(u, alertsRunbookBase) })
 	if diff := cmp.Diff(want, got); diff != "" {
-		return fmt.Errorf("spec is not %s (-file +spec):\n%s", alertsFile, diff)
+		return "", fmt.Errorf("spec is not %s with its runbooks at %s (-file +spec):\n%s", alertsFile, base, diff)
 	}
-	return nil
+	return base, nil
+}
+
+// eachRunbook replaces the runbook_url of every rule of a rule file decoded
+// from JSON with what f returns for it.
+func eachRunbook(rules any, f func(string) string) {
+	top, _ := rules.(map[string]any)
+	groups, _ := top["groups"].([]any)
+	for _, g := range groups {
+		group, _ := g.(map[string]any)
+		rs, _ := group["rules"].([]any)
+		for _, r := range rs {
+			rule, _ := r.(map[string]any)
+			ann, _ := rule["annotations"].(map[string]any)
+			if u, ok := ann["runbook_url"].(string); ok {
+				ann["runbook_url"] = f(u)
+			}
+		}
+	}
 }
 
 // viaJSON returns v after a JSON round trip, as sigs.k8s.io/yaml decodes

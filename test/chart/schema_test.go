@@ -34,6 +34,8 @@ func TestBadValuesFail(t *testing.T) {
 		{"cdi with dra", "advertise: dra\ncdi: true", []string{"cdi", "advertise: dra"}},
 		{"bad pull policy", "image: {pullPolicy: Sometimes}", []string{"/image/pullPolicy"}},
 		{"bad log level", "logLevel: verbose", []string{"/logLevel"}},
+		{"runbook base without a scheme", "prometheusRule: {runbookBaseURL: docs.example.com/carve/}", []string{"/prometheusRule/runbookBaseURL"}},
+		{"runbook base not ending in /", "prometheusRule: {runbookBaseURL: \"https://docs.example.com/carve\"}", []string{"/prometheusRule/runbookBaseURL"}},
 		{"surge: two agents on a node", "updateStrategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1}}", []string{"/updateStrategy/rollingUpdate", "maxSurge"}},
 		{"negative port", "metrics: {port: -1}", []string{"/metrics/port", "minimum"}},
 		{"port too large", "metrics: {port: 70000}", []string{"/metrics/port", "maximum"}},
