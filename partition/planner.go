@@ -237,10 +237,11 @@ func PlanNode(gpus []GPU, models map[int]Model, targets map[int]Target, inUse ma
 //
 // It keeps every existing instance whose profile is still wanted and whose
 // placement leaves room for the rest of the target, choosing the kept set
-// exactly: first as many instances in use as possible, then as many complete
-// instances, then as many incomplete GPU instances (whose compute instances
-// are repaired instead of the GPU instance being re-made). Only what must go
-// is destroyed. Ops run in this order: destroy CIs, destroy GIs, MIG mode
+// exactly: first as many instances in use as possible, then the fewest
+// NVML operations, then as many instances as possible (incomplete GPU
+// instances count: their compute instances are repaired instead of the GPU
+// instance being re-made), then as many complete ones. Only what must go is
+// destroyed. Ops run in this order: destroy CIs, destroy GIs, MIG mode
 // change and reset, create GIs, create CIs.
 //
 // A plan that would destroy an instance in use, or reset a GPU in use, has
@@ -490,12 +491,27 @@ func (pl *gpuPlanner) keepable(in Instance, want map[string]int) bool {
 // keptSet is one candidate set of existing instances to keep.
 type keptSet struct {
 	members []int // indexes into g.Instances, ascending
-	score   [3]int
+	// score is, in order of importance: instances in use kept, NVML
+	// operations saved (see opsSaved), instances kept, complete ones kept.
+	score [4]int
 }
 
-// better reports whether a should be preferred to b: a higher score
-// (in use, then complete, then incomplete instances kept), then lower
-// instances kept.
+// opsSaved is how many NVML operations keeping an instance saves over
+// destroying it and making its replacement: a complete one saves
+// destroying its compute and GPU instance and creating both again (4); an
+// incomplete one, whose compute instances are re-made either way, saves
+// destroying and creating its GPU instance (2). Every plan of one target
+// makes the same mode changes, so the kept set with the most saved is the
+// plan with the fewest operations.
+func opsSaved(in Instance) int {
+	if in.Complete() {
+		return 4
+	}
+	return 2
+}
+
+// better reports whether a should be preferred to b: a higher score, then
+// lower instances kept.
 func (a keptSet) better(b keptSet) bool {
 	if a.score != b.score {
 		for k := range a.score {
@@ -515,14 +531,16 @@ func (a keptSet) better(b keptSet) bool {
 // chooseKept returns the indexes (into g.Instances) of the instances to
 // keep: of all sets of keepable instances that stay within the wanted
 // counts and leave room to place the rest of the target, the one with the
-// most instances in use, then the most complete instances, then the most
-// incomplete ones; ties go to the set that keeps lower placements. The
+// most instances in use, then the fewest NVML operations (the most saved),
+// then the most instances, then the most complete ones; ties go to the set
+// that keeps lower placements. The
 // search is exact over all subsets (a GPU holds at most a handful of
 // instances); when every keepable instance can stay, that set is taken at
 // once.
 func (pl *gpuPlanner) chooseKept(want map[string]int) []int {
 	type cand struct {
-		index, profile, class int
+		index, profile, saved int
+		busy, complete        bool
 		mask                  uint64
 	}
 	profileIndex := make(map[string]int, len(pl.m.Profiles))
@@ -540,14 +558,10 @@ func (pl *gpuPlanner) chooseKept(want map[string]int) []int {
 		if !pl.keepable(in, want) {
 			continue
 		}
-		c := cand{index: i, profile: profileIndex[pl.profileOf(in).Name], mask: placementMask(in.Placement), class: 2}
-		switch {
-		case len(pl.busyUUIDs(in)) > 0:
-			c.class = 0
-		case in.Complete():
-			c.class = 1
-		}
-		cands = append(cands, c)
+		cands = append(cands, cand{
+			index: i, profile: profileIndex[pl.profileOf(in).Name], mask: placementMask(in.Placement),
+			saved: opsSaved(in), busy: len(pl.busyUUIDs(in)) > 0, complete: in.Complete(),
+		})
 	}
 	if len(cands) > 16 {
 		// More GPU instances than any GPU holds; keep the search bounded.
@@ -568,7 +582,10 @@ func (pl *gpuPlanner) chooseKept(want map[string]int) []int {
 			occupied |= c.mask
 			counts[c.profile]++
 			ks.members = append(ks.members, c.index)
-			ks.score[c.class]++
+			ks.score[0] += b2i(c.busy)
+			ks.score[1] += c.saved
+			ks.score[2]++
+			ks.score[3] += b2i(c.complete)
 		}
 		return ks, true
 	}
@@ -590,6 +607,14 @@ func (pl *gpuPlanner) chooseKept(want map[string]int) []int {
 		}
 	}
 	return nil
+}
+
+// b2i is 1 for true, else 0.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // roomForRest reports whether the wanted instances not covered by the kept

@@ -198,16 +198,14 @@ func TestBruteRespectsInUse(t *testing.T) {
 	}
 }
 
-// TestCarveKeepsCompleteOverFewerOps documents where the brute force and
-// carve's planner differ: carve keeps complete instances before
-// incomplete ones (its documented order), the brute force only counts
-// operations. Empty GPU instances at 0-2 and a complete 1g at 4, wanted
-// 1g x3 + 3g: keeping the complete 1g forces the 3g to 0:4 and the empty
-// ones out (9 ops); repairing the empty ones and moving the 1g costs 7.
-func TestCarveKeepsCompleteOverFewerOps(t *testing.T) {
-	l := layout{{profile: "1g.10gb", start: 0, slices: -1}, {profile: "1g.10gb", start: 1, slices: -1},
-		{profile: "1g.10gb", start: 2, slices: -1}, {profile: "1g.10gb", start: 4}}
-	in := mustInput(t, []layout{l}, map[string]int{"1g.10gb": 3, "3g.40gb": 1})
+// TestCarveRepairsRatherThanKeepOne: empty GPU instances at 0-2 and a
+// complete 1g at 4, wanted 1g x3 + 3g. Keeping the complete 1g forces the
+// 3g to 0:4 and the empty ones out (9 ops); repairing the empty ones and
+// moving the 1g costs 7, and carve's planner makes the 7, as the brute
+// force does.
+func TestCarveRepairsRatherThanKeepOne(t *testing.T) {
+	sc := keepOrRepair()
+	in := mustInput(t, sc.layouts(1), sc.target)
 	plan, err := in.plan()
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +215,7 @@ func TestCarveKeepsCompleteOverFewerOps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(size{Ops: 9}, size{Ops: ops}); diff != "" {
+	if diff := cmp.Diff(size{Ops: 7}, size{Ops: ops}); diff != "" {
 		t.Errorf("carve (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(size{Ops: 7}, size{Ops: found.ops}); diff != "" {

@@ -88,5 +88,21 @@ func worstBusy() scenario {
 	}
 }
 
+// keepOrRepair is the H100-80GB input where keeping the one complete
+// instance costs more operations than repairing three empty GPU
+// instances: keeping the 1g.10gb at 4 forces the 3g.40gb to 0:4 and the
+// empty ones out (9 ops); repairing them and moving the 1g makes 7.
+func keepOrRepair() scenario {
+	l := layout{{profile: "1g.10gb", start: 0, slices: -1}, {profile: "1g.10gb", start: 1, slices: -1},
+		{profile: "1g.10gb", start: 2, slices: -1}, {profile: "1g.10gb", start: 4}}
+	return scenario{
+		name: "keep or repair", model: "h100-80gb",
+		target:  map[string]int{"1g.10gb": 3, "3g.40gb": 1},
+		pattern: []layout{l},
+	}
+}
+
 // scenarios are the table's cases, in row order.
-func scenarios() []scenario { return []scenario{typical(), worstFree(), worstBusy()} }
+func scenarios() []scenario {
+	return []scenario{typical(), worstFree(), worstBusy(), keepOrRepair()}
+}

@@ -27,22 +27,25 @@ func TestRunShort(t *testing.T) {
 	if tab.Command != "make bench BENCH=planning" {
 		t.Errorf("command %q", tab.Command)
 	}
-	// Every figure that is not a timing: case, GPUs, ops, kept sets,
-	// brute-force states.
+	// Every figure that is not a timing: case, GPUs, ops, ops ratio, kept
+	// sets, brute-force states.
 	var got [][]string
 	for _, r := range tab.Rows {
-		got = append(got, []string{r[0], r[1], r[7], r[8], r[9]})
+		got = append(got, []string{r[0], r[1], r[7], r[8], r[9], r[10]})
 	}
 	want := [][]string{
-		{"typical change", "1", "14 / 14", "128 / 128", "227"},
-		{"typical change", "8", "88 / 88", "215 / 234", "1020"},
-		{"typical change", "64", "704 / 704", "1720 / 1872", "8160"},
-		{"worst case, nothing in use", "1", "14 / 14", "128 / 128", "531"},
-		{"worst case, nothing in use", "8", "112 / 112", "1024 / 1024", "4248"},
-		{"worst case, nothing in use", "64", "896 / 896", "8192 / 8192", "33984"},
-		{"worst case, 3 devices in use (blocked)", "1", "0 + 1 GPU blocked / 0 + 1 GPU blocked", "128 / 128", "1451"},
-		{"worst case, 3 devices in use (blocked)", "8", "0 + 8 GPUs blocked / 0 + 8 GPUs blocked", "1024 / 1024", "11608"},
-		{"worst case, 3 devices in use (blocked)", "64", "0 + 64 GPUs blocked / 0 + 64 GPUs blocked", "8192 / 8192", "92864"},
+		{"typical change", "1", "14 / 14", "1.00x", "128 / 128", "227"},
+		{"typical change", "8", "88 / 88", "1.00x", "215 / 234", "1020"},
+		{"typical change", "64", "704 / 704", "1.00x", "1720 / 1872", "8160"},
+		{"worst case, nothing in use", "1", "14 / 14", "1.00x", "128 / 128", "531"},
+		{"worst case, nothing in use", "8", "112 / 112", "1.00x", "1024 / 1024", "4248"},
+		{"worst case, nothing in use", "64", "896 / 896", "1.00x", "8192 / 8192", "33984"},
+		{"worst case, 3 devices in use (blocked)", "1", "0 + 1 GPU blocked / 0 + 1 GPU blocked", "1.00x", "128 / 128", "1451"},
+		{"worst case, 3 devices in use (blocked)", "8", "0 + 8 GPUs blocked / 0 + 8 GPUs blocked", "1.00x", "1024 / 1024", "11608"},
+		{"worst case, 3 devices in use (blocked)", "64", "0 + 64 GPUs blocked / 0 + 64 GPUs blocked", "1.00x", "8192 / 8192", "92864"},
+		{"keep or repair", "1", "7 / 7", "1.00x", "16 / 16", "214"},
+		{"keep or repair", "8", "56 / 56", "1.00x", "128 / 128", "1712"},
+		{"keep or repair", "64", "448 / 448", "1.00x", "1024 / 1024", "13696"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("rows (-want +got):\n%s", diff)
@@ -75,8 +78,8 @@ func TestRunBudgetExhausted(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("%s: brute force cells (-want +got):\n%s", r[0], diff)
 		}
-		if !strings.HasSuffix(r[9], "(stopped)") || strings.Contains(r[2], "n/a") {
-			t.Errorf("%s: states %q, carve %q", r[0], r[9], r[2])
+		if !strings.HasSuffix(r[10], "(stopped)") || strings.Contains(r[2], "n/a") || r[8] != "n/a" {
+			t.Errorf("%s: states %q, carve %q, ops ratio %q", r[0], r[10], r[2], r[8])
 		}
 	}
 	if !strings.Contains(strings.Join(tab.Notes, "\n"), "did not finish within its budget") {

@@ -47,6 +47,10 @@ instances in use: 1g.10gb at 0-3 and 5-6 and 1g.10gb+me at 4, the three at
 4-6 in use, planned to ` + "`{3g.40gb: 1, 1g.10gb+me: 1, 1g.10gb: 3}`" + `: the
 sets that keep the busy devices rank first and none fits, so every GPU is
 blocked, and the planner then explains each blocker; about twice the work.
+*Keep or repair*: empty GPU instances of 1g.10gb at 0-2 and a complete
+1g.10gb at 4, planned to ` + "`{1g.10gb: 3, 3g.40gb: 1}`" + `: keeping the complete
+instance would force the 3g.40gb to 0:4 and the empty ones out (9
+operations); repairing the empty ones and moving the complete one makes 7.
 
 Baseline: a brute force written for this benchmark. For each GPU it tries
 every subset of the instances as the kept set (2^n) and, for each, every
@@ -73,7 +77,7 @@ func newTable() report.Table {
 		About:   about,
 		Columns: []string{"case", "GPUs", "carve: median (p99)", "carve: memory per plan",
 			"brute force: median (p99)", "brute force: memory per plan", "ratio (carve/brute force)",
-			"ops: carve / brute force", "kept sets: carve / brute force", "brute-force placement states"},
+			"ops: carve / brute force", "ops ratio (carve/brute force)", "kept sets: carve / brute force", "brute-force placement states"},
 	}
 }
 
@@ -84,7 +88,7 @@ func cells(rows []row, budget time.Duration) [][]string {
 		out = append(out, []string{
 			r.name, fmt.Sprint(r.gpus), r.carveCell(), memCell(r.out.carve),
 			r.bruteCell(budget), r.bruteMemCell(), r.ratio(),
-			opsSide(r.carveOps, r.carveBlocked) + " / " + r.bruteOps(),
+			opsSide(r.carveOps, r.carveBlocked) + " / " + r.bruteOps(), r.opsRatio(),
 			fmt.Sprintf("%d / %d", r.carveKept, r.out.found.subsets), r.statesCell(),
 		})
 	}
@@ -112,6 +116,21 @@ func (r row) bruteOps() string {
 		return "n/a"
 	}
 	return opsSide(r.out.found.ops, r.out.found.blocked)
+}
+
+// opsRatio is carve's operations over the brute force's fewest, on the
+// GPUs neither blocks; 1.00x where both make none.
+func (r row) opsRatio() string {
+	if r.out.brute.dnf {
+		return "n/a"
+	}
+	if r.out.found.ops == 0 {
+		if r.carveOps == 0 {
+			return report.Ratio(1, 1)
+		}
+		return "n/a"
+	}
+	return report.Ratio(float64(r.carveOps), float64(r.out.found.ops))
 }
 
 func (r row) statesCell() string {
@@ -228,7 +247,7 @@ func bruteNote(rows []row, budget time.Duration) string {
 	if len(differ) > 0 {
 		return s + "; its plans differ in size from carve's for " + strings.Join(differ, ", ") + "."
 	}
-	return s + "; where it finished, its plans have as many operations as carve's, and block the same GPUs."
+	return s + "; where it finished, its plans have as many operations as carve's (ops ratio 1.00x), and block the same GPUs."
 }
 
 // ratioNote says how carve's planner compares with the brute force in
