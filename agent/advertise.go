@@ -99,7 +99,7 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 		pinLabel = p.in.Config.PinLabel()
 	}
 	rec := carvev1.NodeRecord{
-		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, AgentVersion: p.r.AgentVersion,
+		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, AgentVersion: p.r.AgentVersion, ConfigMap: p.r.ConfigMap,
 		LastError: lastErr, Waiting: p.waitReason, Change: p.r.change,
 		GPUs:   p.markWithheld(GPURecords(p.node.GPUs, res, p.sharing)),
 		Labels: slices.Sorted(maps.Keys(labels)),

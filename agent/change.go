@@ -34,7 +34,7 @@ func (p *pass) beginChange() (bool, error) {
 	if p.in.Previous != nil {
 		next = *p.in.Previous
 	}
-	next.Change, next.AgentVersion = change, r.AgentVersion
+	next.Change, next.AgentVersion, next.ConfigMap = change, r.AgentVersion, r.ConfigMap
 	rec := carvev1.Next(p.in.Previous, next, p.in.Now)
 	if err := r.Hooks.RecordChange(p.ctx, rec); err != nil {
 		p.holdBackAll()

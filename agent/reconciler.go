@@ -204,6 +204,9 @@ type Reconciler struct {
 	// AgentVersion is the agent's version, recorded as the node record's
 	// AgentVersion.
 	AgentVersion string
+	// ConfigMap is the profile ConfigMap, "namespace/name", recorded as
+	// the node record's ConfigMap (what the rollout counts nodes by).
+	ConfigMap string
 	// Hold reports whether the node is held now (carve.dev/hold=true, as
 	// the Node's labels say at this instant). It is asked at each
 	// operation boundary of a change, so that a hold set while a change is

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -30,9 +29,6 @@ const (
 	// until the agent is back, the Node is gone, or an operator releases
 	// it). The holder renews it every third of it.
 	DefaultSlotDuration = 15 * time.Second
-	// DefaultMemberDuration is how long a member Lease counts its node
-	// without renewal; the agent renews it every third of it.
-	DefaultMemberDuration = 30 * time.Minute
 	// memberCacheFor is how long Acquire reuses the members it listed: a
 	// percentage needs the count of nodes, which changes slowly.
 	memberCacheFor = 30 * time.Second
@@ -49,9 +45,12 @@ var ErrFenced = errors.New("rollout slot not valid")
 // ConfigMap's namespace, all labelled with the ConfigMap's name and their
 // kind (package rollout): slots, taken by create or by an update that
 // names the resourceVersion it read, so that two agents never hold one;
-// a member Lease per agent, renewed by Run, to count the nodes a
-// percentage is of; and a failure Lease per node whose change failed,
-// naming the file's revision. Every update and delete of a Lease is
+// and a failure Lease per node whose change failed, naming the file's
+// revision. The nodes a percentage is of are counted, when one needs the
+// count, from the Nodes whose records name the file
+// (carvev1.NodeRecord.ConfigMap), as a DaemonSet counts its nodes: a node
+// whose agent died still counts until its Node is deleted. Nothing is
+// written for them, so a fleet at rest writes nothing. Every update and delete of a Lease is
 // conditional on the resourceVersion this agent last read of it, so that
 // a write based on an old read (an agent whose slot was taken over while
 // it was paused) never lands.
@@ -68,9 +67,8 @@ type LeaseRollout struct {
 	Namespace, ConfigMap string
 	// Node is this agent's node.
 	Node string
-	// SlotDuration and MemberDuration default to DefaultSlotDuration and
-	// DefaultMemberDuration.
-	SlotDuration, MemberDuration time.Duration
+	// SlotDuration defaults to DefaultSlotDuration.
+	SlotDuration time.Duration
 	// SlotMargin is how long before its slot would expire, counted from
 	// its last successful renewal, this agent stops starting disruptive
 	// steps (Fence); default a third of the slot's duration.
@@ -141,13 +139,6 @@ func (l *LeaseRollout) slotMargin() time.Duration {
 	return l.slotDuration() / 3
 }
 
-func (l *LeaseRollout) memberDuration() time.Duration {
-	if l.MemberDuration > 0 {
-		return max(l.MemberDuration.Truncate(time.Second), time.Second)
-	}
-	return DefaultMemberDuration
-}
-
 // selector selects this file's Leases of the given kinds.
 func (l *LeaseRollout) selector(kinds ...string) string {
 	cm, _ := labels.NewRequirement(carvev1.LeaseLabelConfigMap, selection.Equals, []string{rollout.LabelValue(l.ConfigMap)})
@@ -190,7 +181,7 @@ func (l *LeaseRollout) tryAcquire(ctx context.Context, policy configs.Rollout, r
 	now := l.now()
 	leases := l.views(ctx, raw, now)
 	if policy.MaxUnavailable.Percent {
-		members, err := l.memberLeases(ctx)
+		members, err := l.memberNodes(ctx)
 		if err != nil {
 			return rollout.Decision{}, false, err
 		}
@@ -339,22 +330,34 @@ func (l *LeaseRollout) clearFailure(ctx context.Context) error {
 	return nil
 }
 
-// memberLeases returns the file's member Leases, listed at most every
-// memberCacheFor.
-func (l *LeaseRollout) memberLeases(ctx context.Context) ([]rollout.Lease, error) {
+// memberNodes returns, as member Leases that never expire, the Nodes
+// whose records name this file, listed from the API server's cache at
+// most every memberCacheFor. Only Nodes with carve's state label are
+// read: every Node an agent has recorded has one.
+func (l *LeaseRollout) memberNodes(ctx context.Context) ([]rollout.Lease, error) {
 	l.mu.Lock()
 	if l.members != nil && l.now().Sub(l.membersAt) < memberCacheFor {
 		defer l.mu.Unlock()
 		return l.members, nil
 	}
 	l.mu.Unlock()
-	raw, err := l.list(ctx, rollout.KindMember)
+	list, err := l.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: carvev1.LabelState, ResourceVersion: "0"})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list the Nodes of the rollout: %w", err)
 	}
-	members := make([]rollout.Lease, 0, len(raw))
-	for i := range raw {
-		members = append(members, leaseView(&raw[i]))
+	file := l.Namespace + "/" + l.ConfigMap
+	members := []rollout.Lease{}
+	for i := range list.Items {
+		n := &list.Items[i]
+		raw, ok := n.Annotations[carvev1.AnnotationRecord]
+		if !ok {
+			continue
+		}
+		rec, err := carvev1.DecodeNodeRecord(raw)
+		if err != nil || rec.ConfigMap != file {
+			continue
+		}
+		members = append(members, rollout.Lease{Name: n.Name, Kind: rollout.KindMember, Holder: n.Name})
 	}
 	l.mu.Lock()
 	l.members, l.membersAt = members, l.now()
@@ -362,87 +365,42 @@ func (l *LeaseRollout) memberLeases(ctx context.Context) ([]rollout.Lease, error
 	return members, nil
 }
 
-// Run keeps this node's member Lease, renewing it every third of its
-// duration (and sooner after a failure), until ctx ends; then it deletes
-// it, so that a node that leaves stops counting at once, and stops
-// renewing a slot it holds without releasing it: a change cut short is
-// still under way on the GPUs, and its slot stays held (expired, but not
-// taken over while the node's record shows the change) until the agent
-// comes back and goes on with it. The delete is conditional on the version
-// of the member Lease it last wrote.
+// Run removes the member Lease an agent of an earlier version kept for
+// this node (those versions counted nodes by such Leases), then waits
+// until ctx ends and stops renewing a slot it holds without releasing it:
+// a change cut short is still under way on the GPUs, and its slot stays
+// held (expired, but not taken over while the node's record shows the
+// change) until the agent comes back and goes on with it.
 func (l *LeaseRollout) Run(ctx context.Context) error {
 	defer func() {
 		l.mu.Lock()
 		l.stopLocked()
 		l.mu.Unlock()
 	}()
+	if err := l.removeOldMember(ctx); err != nil && ctx.Err() == nil {
+		l.logger().Warn("could not remove the member Lease of an earlier carve-agent; it expires by itself", "err", err)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// removeOldMember deletes this node's member Lease, conditional on the
+// version read, if there is one.
+func (l *LeaseRollout) removeOldMember(ctx context.Context) error {
 	name := rollout.MemberName(l.ConfigMap, l.Node)
 	leases := l.Client.CoordinationV1().Leases(l.Namespace)
-	var cur *coordinationv1.Lease
-	for {
-		next := l.memberDuration() / 3
-		var err error
-		if cur, err = l.renewMember(ctx, name, cur); err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			l.logger().Warn("could not renew the rollout member Lease", "lease", name, "err", err)
-			next = min(next, 10*time.Second)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(next - rand.N(next/10+1)):
-			continue
-		}
-		break
+	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
 	}
-	stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if cur == nil {
-		var err error
-		if cur, err = leases.Get(stop, name, metav1.GetOptions{}); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("remove member Lease %s: %w", name, err)
-		}
+	if err != nil {
+		return fmt.Errorf("read member Lease %s: %w", name, err)
 	}
-	err := leases.Delete(stop, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}})
+	err = leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("remove member Lease %s: %w", name, err)
 	}
 	return nil
-}
-
-// renewMember creates the member Lease or renews the one it last wrote
-// (read again after a conflict).
-func (l *LeaseRollout) renewMember(ctx context.Context, name string, cur *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
-	now := metav1.NewMicroTime(l.now())
-	if cur == nil {
-		lease := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace,
-				Labels: map[string]string{carvev1.LeaseLabelConfigMap: rollout.LabelValue(l.ConfigMap), carvev1.LeaseLabelKind: rollout.KindMember}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: new(l.Node), LeaseDurationSeconds: new(int32(l.memberDuration() / time.Second)),
-				AcquireTime: &now, RenewTime: &now},
-		}
-		got, err := leases.Create(ctx, lease, metav1.CreateOptions{})
-		if !apierrors.IsAlreadyExists(err) {
-			return got, err
-		}
-		if cur, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return nil, err
-		}
-	}
-	lease := cur.DeepCopy()
-	lease.Spec.HolderIdentity = new(l.Node)
-	lease.Spec.LeaseDurationSeconds = new(int32(l.memberDuration() / time.Second))
-	lease.Spec.RenewTime = &now
-	got, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil, errors.Join(err, errors.New("read again on the next renewal"))
-	}
-	return got, err
 }
 
 // leaseView is the rollout accounting's view of a Lease: its kind from the

@@ -8,7 +8,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
@@ -123,49 +127,140 @@ func TestLeaseRollout(t *testing.T) {
 	}
 }
 
-// TestLeaseRolloutMembers: a percentage is of the agents' member Leases,
-// which Run keeps and removes when it stops.
-func TestLeaseRolloutMembers(t *testing.T) {
-	cs, _ := apitest.NewStrict(nodes("gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e")...)
-	clock := &fakeClock{t: time.Now()}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var agents []*LeaseRollout
-	for _, n := range []string{"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e"} {
-		l := &LeaseRollout{Client: cs, Namespace: "carve-system", ConfigMap: "carve-profiles", Node: n, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler)}
-		agents = append(agents, l)
-		wg.Go(func() { _ = l.Run(ctx) })
+// memberNode is a Node whose agent recorded that it reads file
+// ("namespace/name"); "" gives a Node without a record.
+func memberNode(t *testing.T, name, file string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}}
+	if file == "" {
+		return n
 	}
-	members := func() int {
-		list, err := cs.CoordinationV1().Leases("carve-system").List(context.Background(), metav1.ListOptions{LabelSelector: carvev1.LeaseLabelKind + "=" + rollout.KindMember})
+	raw, err := carvev1.NodeRecord{State: carvev1.StateSuccess, ConfigMap: file}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels = map[string]string{carvev1.LabelState: carvev1.StateSuccess}
+	n.Annotations = map[string]string{carvev1.AnnotationRecord: raw}
+	return n
+}
+
+// TestLeaseRolloutMembers: a percentage is of the Nodes whose records name
+// the file, counted as a DaemonSet counts: a node joins with its first
+// record, leaves when its Node is deleted or its record names another
+// file, and a node whose agent died still counts. The agents write
+// nothing for it.
+func TestLeaseRolloutMembers(t *testing.T) {
+	const file = "carve-system/carve-profiles"
+	objs := []runtime.Object{
+		memberNode(t, "gpu-a", file), memberNode(t, "gpu-b", file), memberNode(t, "gpu-c", file),
+		memberNode(t, "gpu-d", file), memberNode(t, "gpu-e", file),
+		memberNode(t, "other-file", "carve-system/other-profiles"), memberNode(t, "no-record", ""),
+	}
+	cs, _ := apitest.NewStrict(objs...)
+	clock := &fakeClock{t: time.Now()}
+	ctx := t.Context()
+	agents := map[string]*LeaseRollout{}
+	for _, n := range []string{"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e"} {
+		agents[n] = &LeaseRollout{Client: cs, Namespace: "carve-system", ConfigMap: "carve-profiles", Node: n, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler)}
+	}
+	forty := configs.Rollout{MaxUnavailable: configs.Bound{N: 40, Percent: true}, MaxFailures: 1}
+	nodesSeen := func(l *LeaseRollout) int {
+		t.Helper()
+		clock.Add(memberCacheFor)
+		d, err := l.Acquire(ctx, forty, "r")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(list.Items)
+		if d.Granted {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d.Nodes
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for members() < 5 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	forty := configs.Rollout{MaxUnavailable: configs.Bound{N: 40, Percent: true}, MaxFailures: 1}
-	d, err := agents[0].Acquire(ctx, forty, "r")
+	d, err := agents["gpu-a"].Acquire(ctx, forty, "r")
 	if err != nil || !d.Granted || d.Nodes != 5 || d.Bound != 2 {
 		t.Fatalf("40%% of 5 members: %+v, %v; want granted, 5 nodes, bound 2", d, err)
 	}
-	if d2, _ := agents[1].Acquire(ctx, forty, "r"); !d2.Granted || d2.Slot == d.Slot {
+	if d2, _ := agents["gpu-b"].Acquire(ctx, forty, "r"); !d2.Granted || d2.Slot == d.Slot {
 		t.Fatalf("the second node: %+v, want the other slot than %s", d2, d.Slot)
 	}
-	if d, _ := agents[2].Acquire(ctx, forty, "r"); d.Granted {
+	if d, _ := agents["gpu-c"].Acquire(ctx, forty, "r"); d.Granted {
 		t.Fatalf("the third node with a bound of 2: %+v", d)
 	}
-	for _, l := range agents[:2] {
-		if err := l.Release(ctx); err != nil {
+	for _, n := range []string{"gpu-a", "gpu-b"} {
+		if err := agents[n].Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
+
+	// A node joins: its agent's first record names the file.
+	if _, err := cs.CoreV1().Nodes().Create(ctx, memberNode(t, "gpu-f", file), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodesSeen(agents["gpu-c"]); n != 6 {
+		t.Errorf("after gpu-f joined: %d nodes, want 6", n)
+	}
+	// A node leaves: its Node is deleted.
+	if err := cs.CoreV1().Nodes().Delete(ctx, "gpu-f", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodesSeen(agents["gpu-c"]); n != 5 {
+		t.Errorf("after gpu-f's Node was deleted: %d nodes, want 5", n)
+	}
+	// A node's agent moves to another file.
+	moved := memberNode(t, "gpu-e", "carve-system/other-profiles")
+	if _, err := cs.CoreV1().Nodes().Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodesSeen(agents["gpu-c"]); n != 4 {
+		t.Errorf("after gpu-e's agent moved to another file: %d nodes, want 4", n)
+	}
+	// A node dies: its agent is gone, its Node and record stay, and it
+	// still counts, as a DaemonSet counts a NotReady node.
+	delete(agents, "gpu-d")
+	if n := nodesSeen(agents["gpu-c"]); n != 4 {
+		t.Errorf("with gpu-d's agent dead: %d nodes, want 4", n)
+	}
+}
+
+// TestLeaseRolloutWritesNothingAtRest: Run removes the member Lease an
+// earlier version left, and then writes nothing, however long it runs.
+func TestLeaseRolloutWritesNothingAtRest(t *testing.T) {
+	old := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: rollout.MemberName("carve-profiles", "gpu-a"), Namespace: "carve-system",
+		Labels: map[string]string{carvev1.LeaseLabelConfigMap: "carve-profiles", carvev1.LeaseLabelKind: rollout.KindMember}}}
+	cs, _ := apitest.NewStrict(memberNode(t, "gpu-a", "carve-system/carve-profiles"), old)
+	l := &LeaseRollout{Client: cs, Namespace: "carve-system", ConfigMap: "carve-profiles", Node: "gpu-a", Logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err := cs.CoordinationV1().Leases("carve-system").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old member Lease is still there")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
 	cancel()
-	wg.Wait()
-	if n := members(); n != 0 {
-		t.Errorf("%d member Leases after the agents stopped, want 0", n)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var writes []string
+	for _, a := range cs.Actions() {
+		switch a.GetVerb() {
+		case "create", "update", "patch", "delete":
+			writes = append(writes, a.GetVerb()+" "+a.GetResource().Resource)
+		}
+	}
+	if diff := cmp.Diff([]string{"delete leases"}, writes); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 }

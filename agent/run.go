@@ -262,6 +262,7 @@ func newController(cfg Config, side kubeletSide, metrics *Metrics) (*Controller,
 		Hooks:  Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp, RecordChange: ctrl.RecordChange},
 		Labels: cfg.Labels, Operands: operandsOf(cfg), OperandNames: cfg.PauseOperands,
 		Rollout: ro, SlotRetry: cfg.RolloutRetry, AgentVersion: cfg.Version.Version, Hold: ctrl.Held,
+		ConfigMap: cfg.ConfigMapNamespace + "/" + cfg.ConfigMapName,
 	}
 	return ctrl, ro
 }

@@ -20,7 +20,9 @@ const (
 	// change.
 	KindSlot = "slot"
 	// KindMember says that a node's agent reads the file; the members are
-	// the nodes a percentage is of.
+	// the nodes a percentage is of. Agents no longer write member Leases:
+	// they count the Nodes whose records name the file and give them to
+	// Decide as member Leases that never expire.
 	KindMember = "member"
 	// KindFailure records that a node's disruptive change failed on a
 	// revision of the file.

@@ -179,7 +179,7 @@ func goldenRecord() NodeRecord {
 	return NodeRecord{
 		Profile: "balanced", ProfileHash: "0123456789abcdef",
 		Selected: &SelectedProfile{Profile: "training", Source: "window", Window: "nightly", PinLabel: "nvidia.com/mig.config"},
-		State:    StateDraining, Generation: 7, LastTransition: "2026-02-01T00:00:00Z", AgentVersion: "v0.1.0",
+		State:    StateDraining, Generation: 7, LastTransition: "2026-02-01T00:00:00Z", ConfigMap: "carve-system/carve-profiles", AgentVersion: "v0.1.0",
 		LastError: "GPU 1: reset: in use", Waiting: "a rollout slot: all 1 are taken",
 		Change: &ChangeRecord{Since: "2026-02-01T00:00:00Z", Profile: "training", Slot: "carve-rollout-carve-profiles-0"},
 		GPUs: []GPURecord{

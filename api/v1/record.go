@@ -31,6 +31,13 @@ type NodeRecord struct {
 	Generation int64 `json:"generation"`
 	// LastTransition is when the content last changed, RFC 3339 in UTC.
 	LastTransition string `json:"lastTransition"`
+	// ConfigMap is the profile ConfigMap the node's agent reads,
+	// "namespace/name". The rollout counts the nodes whose records name
+	// its ConfigMap when a percentage maxUnavailable needs the fleet's
+	// size, so a node counts from its agent's first record until its Node
+	// is deleted or its record names another file, without writing
+	// anything while it is at rest.
+	ConfigMap string `json:"configMap,omitempty"`
 	// AgentVersion is the version of the carve-agent that wrote the record
 	// (carve-agent --version), so that a fleet in the middle of an upgrade
 	// shows both.

@@ -29,7 +29,8 @@ type rolloutStatus struct {
 	// (windows may have their own).
 	MaxUnavailable string `json:"maxUnavailable,omitempty"`
 	MaxFailures    int    `json:"maxFailures,omitempty"`
-	// Nodes counts the agents' member Leases.
+	// Nodes counts the Nodes whose records name the ConfigMap, the nodes
+	// a percentage maxUnavailable is of.
 	Nodes int `json:"nodes"`
 	// Slots are the slots that have a holder, live or expired, by name.
 	Slots []slotStatus `json:"slots"`
@@ -97,6 +98,9 @@ func rolloutOf(ctx context.Context, cs kubernetes.Interface, ns, name string, no
 			out.Error = fmt.Sprintf("ConfigMap %s key %s is invalid; the agents apply nothing from it", out.ConfigMap, carvev1.ConfigMapKey)
 		}
 	}
+	if out.Nodes, err = membersOf(ctx, cs, out.ConfigMap); err != nil {
+		out.Error = strings.TrimPrefix(out.Error+"; ", "; ") + err.Error()
+	}
 	list, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: carvev1.LeaseLabelConfigMap + "=" + rollout.LabelValue(name)})
 	if err != nil {
 		out.Error = strings.TrimPrefix(out.Error+"; ", "; ") + fmt.Sprintf("list rollout Leases in %s: %v", ns, err)
@@ -116,6 +120,23 @@ func rolloutOf(ctx context.Context, cs kubernetes.Interface, ns, name string, no
 	return out
 }
 
+// membersOf counts the Nodes whose records name the ConfigMap file
+// ("namespace/name"), as the agents count the nodes of a percentage.
+func membersOf(ctx context.Context, cs kubernetes.Interface, file string) (int, error) {
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: carvev1.LabelState})
+	if err != nil {
+		return 0, fmt.Errorf("list the Nodes of the rollout: %w", err)
+	}
+	n := 0
+	for i := range list.Items {
+		rec, err := carvev1.DecodeNodeRecord(list.Items[i].Annotations[carvev1.AnnotationRecord])
+		if err == nil && rec.ConfigMap == file {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // add counts one Lease.
 func (r *rolloutStatus) add(l *coordinationv1.Lease, now time.Time) {
 	s, ok := slotOfLease(l, now)
@@ -123,10 +144,6 @@ func (r *rolloutStatus) add(l *coordinationv1.Lease, now time.Time) {
 		return
 	}
 	switch l.Labels[carvev1.LeaseLabelKind] {
-	case rollout.KindMember:
-		if !s.Expired {
-			r.Nodes++
-		}
 	case rollout.KindFailure:
 		if !s.Expired && l.Annotations[carvev1.LeaseAnnotationRevision] == r.Revision {
 			r.Failed = append(r.Failed, s.Node)

@@ -39,6 +39,27 @@ func stuckNode(t *testing.T, name, slot string, since time.Time) *corev1.Node {
 	return gpuNode(name, map[string]string{carvev1.LabelState: carvev1.StateApplying}, annotation(t, rec), map[string]int64{"nvidia.com/gpu": 0})
 }
 
+// setRecordFile makes n's record name the profile ConfigMap file.
+func setRecordFile(t *testing.T, n *corev1.Node, file string) {
+	t.Helper()
+	var rec carvev1.NodeRecord
+	if raw, ok := n.Annotations[carvev1.AnnotationRecord]; ok {
+		var err error
+		if rec, err = carvev1.DecodeNodeRecord(raw); err != nil {
+			t.Fatalf("node %s: %v", n.Name, err)
+		}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	rec.ConfigMap = file
+	raw, err := rec.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[carvev1.AnnotationRecord] = raw
+}
+
 // TestStatusRollout: status shows who holds the slots, who failed on the
 // file's revision, and that the rollout is halted; and every slot with a
 // holder, an expired one with what its holder's Node says: gone or no
@@ -62,9 +83,20 @@ func TestStatusRollout(t *testing.T) {
 		rolloutLease(rollout.FailureName("carve-profiles", "gpu-b"), rollout.KindFailure, "gpu-b", rev, now.Add(-time.Hour), 0),
 		rolloutLease(rollout.FailureName("carve-profiles", "gpu-e"), rollout.KindFailure, "gpu-e", "older", now.Add(-time.Hour), 0),
 	)
-	for _, n := range []string{"gpu-a", "gpu-b", "gpu-c"} {
-		objs = append(objs, rolloutLease(rollout.MemberName("carve-profiles", n), rollout.KindMember, n, "", now.Add(-time.Minute), 1800))
+	// The records of gpu-a, gpu-b and gpu-c name the file; gpu-s's names
+	// another one, and a member Lease an earlier version left counts for
+	// nothing.
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok {
+			switch n.Name {
+			case "gpu-a", "gpu-b", "gpu-c":
+				setRecordFile(t, n, "carve-system/carve-profiles")
+			case "gpu-s":
+				setRecordFile(t, n, "carve-system/other-profiles")
+			}
+		}
 	}
+	objs = append(objs, rolloutLease(rollout.MemberName("carve-profiles", "gpu-s"), rollout.KindMember, "gpu-s", "", now.Add(-time.Minute), 1800))
 	cs := fake.NewClientset(objs...)
 	q := statusQuery{output: "table", namespace: "carve-system", configMap: "carve-profiles", now: now}
 	var out strings.Builder

@@ -43,7 +43,9 @@ type Options struct {
 	// Changes is the number of changes per series and side; 0 is 20 (2 in
 	// short mode).
 	Changes int
-	// Steady is the steady-state window; 0 is 60 s (5 s in short mode).
+	// Steady is the steady-state window; 0 is 11 min, longer than the
+	// longest period of any request the agent makes (client-go's watch
+	// renewals, at most 10 min), or 5 s in short mode.
 	Steady time.Duration
 	// Root is the carve repository, for configs/deploy; "" finds it from
 	// the working directory.
@@ -65,7 +67,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if o.Steady == 0 {
-		o.Steady = time.Minute
+		o.Steady = 11 * time.Minute
 		if o.Short {
 			o.Steady = 5 * time.Second
 		}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/carve-dev/carve/agent"
 	"github.com/carve-dev/carve/test/bench/report"
 )
 
@@ -16,10 +15,6 @@ const command = "make bench BENCH=live"
 // Known periods of the agent's requests at steady state, for the per-hour
 // figure that does not depend on the window catching them.
 const (
-	// memberRenewal is the mean period of the rollout member Lease's
-	// renewal (an update): a third of its duration, less a jitter of up to
-	// a tenth (agent/rollout_leases.go, LeaseRollout.Run).
-	memberRenewal = agent.DefaultMemberDuration / 3 * 19 / 20
 	// watchRenewal is the mean period at which client-go renews an
 	// informer's watch: a timeout drawn between 5 and 10 minutes
 	// (k8s.io/client-go/tools/cache, reflector).
@@ -198,14 +193,14 @@ list and watch; matching precedence 90, before every built-in FlowSchema that co
 once, when it starts). Counted from just before the write to 0.3 s after the agent's record says the change is
 done. Each run checks that the FlowSchemas count exactly a known read and two known writes of the
 ServiceAccount and none of the admin's requests. **Baseline**: the restart (a new process lists and watches
-its Node and ConfigMap again and creates its rollout member Lease, which the old one deletes as it stops).
+its Node and ConfigMap again).
 MIG changes are disruptive and take a rollout slot (a Lease created and deleted).`
 
 // steadyTable is the agent's requests per hour with no change.
 func (r *results) steadyTable() report.Table {
 	perHour := float64(time.Hour) / float64(r.steadyWindow)
 	measured := requests{reads: r.steady.reads * perHour, writes: r.steady.writes * perHour}
-	known := requests{reads: agentInformers * float64(time.Hour) / float64(watchRenewal), writes: float64(time.Hour) / float64(memberRenewal)}
+	known := requests{reads: agentInformers * float64(time.Hour) / float64(watchRenewal), writes: 0}
 	row := func(how string, v requests) []string {
 		return []string{how, count(v.reads), count(v.writes), count(known.reads), "0", report.Ratio(v.reads, known.reads), report.Ratio(v.writes, 0)}
 	}
@@ -221,36 +216,35 @@ func (r *results) steadyTable() report.Table {
 			row("from the agent's known periods", known),
 		},
 	}
-	t.Notes = r.steadyNotes(known)
+	t.Notes = r.steadyNotes()
 	return t
 }
 
 const steadyAbout = `The agent's requests with no change, counted as in the table above. The agent's periodic requests, and
-their periods: the rollout member Lease (coordination.k8s.io) renewed with an update every third of its 30 min
-duration less up to a tenth of jitter (9 to 10 min, ` + "`agent.DefaultMemberDuration`" + `/3), a write; and
-client-go's informers on its Node and its ConfigMap renewing their watch when it times out, after 5 to 10 minutes
-drawn at random, a read each. Nothing else runs on a timer: no informer resync, and a pass is requeued only for a
-window boundary or a retry, which this profile file does not have. Both rows are per node per hour; the second
-is exact from these periods. The first extrapolates what a window with no change saw: a window that ends less
-than 5 minutes after the agent started (the restarts of the table above start it anew) is too early for any
-periodic request, so what it checks is that nothing else is sent, in particular nothing with a shorter period.
+their periods: client-go's informers on its Node and its ConfigMap renewing their watch when it times out, after
+5 to 10 minutes drawn at random, a read each. It makes no periodic write: the Node patch (labels and record),
+Events, the rollout slot (a Lease created, renewed every 5 s while held, deleted) and failure Leases are written
+only when something changes, and the nodes a percentage maxUnavailable is of are counted from the Nodes' records
+when a change needs the count (earlier versions renewed a member Lease every 10 minutes). Nothing else runs on a
+timer: no informer resync, and a pass is requeued only for a window boundary or a retry, which this profile file
+does not have. Both rows are per node per hour; the second is exact from these periods. The first extrapolates
+what a window with no change saw; the window (11 minutes in a full run) is longer than the longest period of any
+request the agent makes, so a periodic write would show in it.
 **Baseline**: for writes, the goal: none; for reads, the floor of watching two objects with client-go's
 informers (the renewals of two watches).`
 
 // steadyNotes say whether the goal of no writes is met, and whether the
 // window saw more than the known periods explain.
-func (r *results) steadyNotes(known requests) []string {
-	notes := []string{fmt.Sprintf("Goal: no writes at steady state. Not met: the rollout member Lease's renewal is %s "+
-		"writes per node per hour; the agent needs it only to count the nodes of a percentage maxUnavailable, and "+
-		"renews it whatever the file's rollout says.", count(known.writes))}
+func (r *results) steadyNotes() []string {
+	notes := []string{"Goal: no writes at steady state. Met: the agent has no periodic write."}
+	if r.steady.writes > 0 {
+		notes[0] = fmt.Sprintf("Goal: no writes at steady state. Not met: the window saw %s writes.", count(r.steady.writes))
+	}
 	end := r.steadyAge + r.steadyWindow
 	// The most the periodic requests can send by end, counting from the
-	// agent's start: a create of the member Lease and informers' list and
-	// watch are made at start-up, before the window.
-	most := requests{
-		reads:  float64(agentInformers * int(end/(5*time.Minute))),
-		writes: float64(int(end / (agent.DefaultMemberDuration / 3 * 9 / 10))),
-	}
+	// agent's start: the informers' list and watch are made at start-up,
+	// before the window.
+	most := requests{reads: float64(agentInformers * int(end/(5*time.Minute)))}
 	if r.steady.reads > most.reads || r.steady.writes > most.writes {
 		return append(notes, fmt.Sprintf("The window saw %s reads and %s writes, more than the periodic requests can "+
 			"make in it (%s and %s): the agent sends requests at steady state that it should not.",

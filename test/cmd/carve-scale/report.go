@@ -55,8 +55,7 @@ How to read it:
   requests (the node lifecycle controller on Nodes without a kubelet,
   the scheduler) and the harness's, hence higher.
 - **idle** is %s with nothing to change, scaled to an hour. Each agent
-  also renews its member Lease every 10 minutes (6 requests an hour),
-  which a window shorter than that may not show, and each of its two
+  writes nothing at rest, and each of its two
   informers (its Node, its ConfigMap) starts a new watch every 5 to 10
   minutes, as client-go's reflectors ask.
 - **CPU** and **memory** are the harness's process: all agents with their
