@@ -171,7 +171,7 @@ func TestAgentPausesNVIDIAOperandsUnderAdvertiseNone(t *testing.T) {
 	startAgent(t, c, newSim(t, "h100-80gb*1"), func(cfg *agent.Config) {
 		cfg.Advertise = agent.AdvertiseNone
 		cfg.PauseOperands = agent.DefaultPauseOperands(agent.AdvertiseNone)
-		cfg.OperandTimeout = 5 * time.Second
+		cfg.OperandTimeout = 10 * time.Second
 		cfg.AfterOp = func(int, int, partition.Op) error {
 			mu.Lock()
 			defer mu.Unlock()
