@@ -182,7 +182,9 @@ func (o *nodeOperands) Pause(ctx context.Context, keys []string) ([]string, erro
 			return slices.Sorted(maps.Keys(evicted)), nil
 		}
 		if err == nil {
-			refused = o.evict(ctx, left, evicted)
+			if r := o.evict(ctx, left, evicted); r != nil {
+				refused = r
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -223,6 +225,8 @@ func (o *nodeOperands) evict(ctx context.Context, pods []corev1.Pod, evicted map
 		switch {
 		case err == nil:
 			evicted[podKey(pod)] = true
+		case ctx.Err() != nil:
+			return refused // the pause's time is up, not a refusal
 		case !apierrors.IsNotFound(err):
 			refused = fmt.Errorf("pod %s: %w", podKey(pod), err)
 		}
