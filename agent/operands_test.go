@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -36,20 +38,22 @@ type fakeOperands struct {
 	h     *harness
 	calls []string
 	fail  error
+	// evicted is what Pause says it evicted.
+	evicted []string
 	// killed makes Restore fail, as an agent killed mid-change never
 	// restores.
 	killed bool
 }
 
-func (o *fakeOperands) Pause(_ context.Context, keys []string) error {
+func (o *fakeOperands) Pause(_ context.Context, keys []string) ([]string, error) {
 	o.calls = append(o.calls, "pause "+strings.Join(keys, ",")+" after "+itoa(len(o.h.mutations()))+" ops")
 	if o.fail != nil {
-		return o.fail
+		return nil, o.fail
 	}
 	for _, k := range keys {
 		o.h.labels[k] = carvev1.OperandPaused
 	}
-	return nil
+	return o.evicted, nil
 }
 
 func (o *fakeOperands) Restore(_ context.Context, values map[string]string) error {
@@ -72,7 +76,8 @@ func TestOperandsToPause(t *testing.T) {
 		want   map[string]string
 	}{
 		{"none on the node", map[string]string{"pool": "a"}, nil, nil},
-		{"the node's values", map[string]string{exporterLabel: "true", dcgmLabel: "false"}, nil, map[string]string{exporterLabel: "true", dcgmLabel: "false"}},
+		{"the node's values", map[string]string{exporterLabel: "true", dcgmLabel: "on"}, nil, map[string]string{exporterLabel: "true", dcgmLabel: "on"}},
+		{"an operand off on the node stays off", map[string]string{exporterLabel: "true", dcgmLabel: "false"}, nil, map[string]string{exporterLabel: "true"}},
 		{"paused by someone else: not carve's", map[string]string{exporterLabel: carvev1.OperandPaused}, nil, nil},
 		{"paused by this agent before a crash: the recorded value wins", map[string]string{exporterLabel: carvev1.OperandPaused, dcgmLabel: "true"},
 			map[string]string{exporterLabel: "true"}, map[string]string{exporterLabel: "true", dcgmLabel: "true"}},
@@ -93,7 +98,7 @@ func TestOperandsToPause(t *testing.T) {
 // nothing and restores at once.
 func TestReconcilePausesOperands(t *testing.T) {
 	h := newHarness(t, "h100-80gb*1")
-	ops := &fakeOperands{h: h}
+	ops := &fakeOperands{h: h, evicted: []string{"serving/gpu-client"}}
 	h.r.Operands, h.r.OperandNames = ops, []string{"dcgm-exporter", "dcgm"}
 	h.labels[exporterLabel] = "true"
 	f := h.parse(testProfiles)
@@ -119,6 +124,10 @@ func TestReconcilePausesOperands(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]string{exporterLabel: "true"}, inCheckpoint); diff != "" {
 		t.Errorf("checkpoint's paused labels during the apply (-want +got):\n%s", diff)
+	}
+	wantMsg := "paused " + exporterLabel + " for a disruptive change; evicted pod serving/gpu-client through the Eviction API; their pods have left the node"
+	if !slices.ContainsFunc(res.Events, func(e Event) bool { return e.Reason == carvev1.ReasonOperandsPaused && e.Message == wantMsg }) {
+		t.Errorf("events %+v, want %s %q", res.Events, carvev1.ReasonOperandsPaused, wantMsg)
 	}
 	if h.labels[exporterLabel] != "true" || !hasEvent(res.Events, carvev1.ReasonOperandsPaused, false) || !hasEvent(res.Events, carvev1.ReasonOperandsRestored, false) {
 		t.Errorf("label %q, events %v", h.labels[exporterLabel], reasons(res.Events))
@@ -151,14 +160,32 @@ func TestReconcilePausesOperands(t *testing.T) {
 
 // An agent killed mid-change leaves the operand labels paused; the
 // restarted agent restores the values its checkpoint recorded, not the
-// paused ones it finds on the node.
+// paused ones it finds on the node: the DCGM exporter alone, and the
+// defaults of --advertise none on a node with NVIDIA's device plugin, GFD
+// and a third-party GPU client.
 func TestReconcileRestoresOperandsAfterACrash(t *testing.T) {
+	for name, tc := range map[string]struct {
+		names  []string
+		labels map[string]string
+	}{
+		"dcgm-exporter": {[]string{"dcgm-exporter"}, map[string]string{exporterLabel: "true"}},
+		"advertise none defaults": {DefaultPauseOperands(AdvertiseNone), map[string]string{
+			"nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+			"nvidia.com/gpu.deploy.client": "true", exporterLabel: "on",
+		}},
+	} {
+		t.Run(name, func(t *testing.T) { restoresAfterACrash(t, tc.names, tc.labels) })
+	}
+}
+
+func restoresAfterACrash(t *testing.T, names []string, labels map[string]string) {
+	t.Helper()
 	h := newHarness(t, "h100-80gb*1")
-	h.labels[exporterLabel] = "true"
+	maps.Copy(h.labels, labels)
 	f := h.parse(testProfiles)
 	h.reconcile(f, nil, "balanced")
 	ops := &fakeOperands{h: h, killed: true}
-	h.r.Operands, h.r.OperandNames = ops, []string{"dcgm-exporter"}
+	h.r.Operands, h.r.OperandNames = ops, names
 	n := 0
 	h.r.Hooks.AfterOp = func(int, int, partition.Op) error {
 		if n++; n == 2 {
@@ -171,19 +198,25 @@ func TestReconcileRestoresOperandsAfterACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The crash: the killed agent restored nothing.
-	if h.labels[exporterLabel] != carvev1.OperandPaused {
-		t.Fatalf("after the kill the label is %q, want it paused", h.labels[exporterLabel])
+	for k := range labels {
+		if h.labels[k] != carvev1.OperandPaused {
+			t.Fatalf("after the kill %s is %q, want it paused", k, h.labels[k])
+		}
 	}
 
 	h.r = h.newReconciler()
 	restarted := &fakeOperands{h: h}
-	h.r.Operands, h.r.OperandNames = restarted, []string{"dcgm-exporter"}
+	h.r.Operands, h.r.OperandNames = restarted, names
 	res := h.reconcile(f, nil, "small")
 	if res.State != carvev1.StateSuccess {
 		t.Fatalf("state %s after restart: %v", res.State, res.Err)
 	}
-	if h.labels[exporterLabel] != "true" {
-		t.Errorf("after the restart the label is %q, want true (the value before the first pause)", h.labels[exporterLabel])
+	got := maps.Clone(labels)
+	for k := range got {
+		got[k] = h.labels[k]
+	}
+	if diff := cmp.Diff(labels, got); diff != "" {
+		t.Errorf("labels after the restart, want the values before the first pause (-want +got):\n%s", diff)
 	}
 	if intent, _ := (&Checkpoints{Dir: h.dir}).Load(); intent != nil {
 		t.Errorf("checkpoint left after converging: %+v", intent)
@@ -230,7 +263,9 @@ func filterPodsByNode(client *fake.Clientset) {
 // back.
 func TestNodeOperands(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{exporterLabel: "true", "pool": "a"}}}
-	exporter := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "nvidia-dcgm-exporter-x"},
+	yes := true
+	dsOwner := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "nvidia-dcgm-exporter", UID: "ds", Controller: &yes}}
+	exporter := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "nvidia-dcgm-exporter-x", OwnerReferences: dsOwner},
 		Spec: corev1.PodSpec{NodeName: "node-1", NodeSelector: map[string]string{exporterLabel: "true"}}}
 	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train"}, Spec: corev1.PodSpec{NodeName: "node-1"}}
 	// The exporter of another node stays: it must not hold up node-1's pause.
@@ -241,7 +276,7 @@ func TestNodeOperands(t *testing.T) {
 	o := &nodeOperands{client: client, node: "node-1", timeout: 300 * time.Millisecond, every: 20 * time.Millisecond}
 	ctx := context.Background()
 
-	err := o.Pause(ctx, []string{exporterLabel})
+	_, err := o.Pause(ctx, []string{exporterLabel})
 	if err == nil || !strings.Contains(err.Error(), "pods gpu-operator/nvidia-dcgm-exporter-x still on the node") {
 		t.Fatalf("Pause with the exporter still there: %v", err)
 	}
@@ -254,8 +289,8 @@ func TestNodeOperands(t *testing.T) {
 		_ = client.CoreV1().Pods("gpu-operator").Delete(ctx, exporter.Name, metav1.DeleteOptions{})
 	}()
 	o.timeout = 10 * time.Second
-	if err := o.Pause(ctx, []string{exporterLabel}); err != nil {
-		t.Fatalf("Pause once the exporter left: %v", err)
+	if evicted, err := o.Pause(ctx, []string{exporterLabel}); err != nil || len(evicted) != 0 {
+		t.Fatalf("Pause once the exporter left: evicted %v, %v; want none evicted", evicted, err)
 	}
 	if err := o.Restore(ctx, map[string]string{exporterLabel: "true"}); err != nil {
 		t.Fatal(err)
@@ -263,5 +298,94 @@ func TestNodeOperands(t *testing.T) {
 	n, _ = client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
 	if diff := cmp.Diff(map[string]string{exporterLabel: "true", "pool": "a"}, n.Labels); diff != "" {
 		t.Errorf("labels after Restore (-want +got):\n%s", diff)
+	}
+}
+
+// evictThroughFake makes the fake answer evictions as the API server does:
+// refused with 429 while blocked says so (a PodDisruptionBudget), else the
+// pod is deleted. It records the pods it was asked to evict.
+func evictThroughFake(client *fake.Clientset, blocked func() bool, asked *[]string) {
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		*asked = append(*asked, ev.Namespace+"/"+ev.Name)
+		if blocked() {
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		}
+		return true, nil, client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), ev.Namespace, ev.Name)
+	})
+}
+
+// TestNodeOperandsEvicts: of the pods a paused label selects (by
+// nodeSelector or required node affinity), Pause evicts those no DaemonSet
+// owns, through the Eviction API, and waits for a DaemonSet's; a refused
+// eviction (a PodDisruptionBudget) holds the pause until it times out,
+// saying why, and is asked again each round until it is allowed.
+func TestNodeOperandsEvicts(t *testing.T) {
+	const clientLabel, pluginLabel = "nvidia.com/gpu.deploy.client", "nvidia.com/gpu.deploy.device-plugin"
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{clientLabel: "true", pluginLabel: "true"}}}
+	yes := true
+	dsOwner := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "nvidia-device-plugin", UID: "ds", Controller: &yes}}
+	affinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: pluginLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}}}},
+	}}}
+	plugin := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "nvidia-device-plugin-x", OwnerReferences: dsOwner},
+		Spec: corev1.PodSpec{NodeName: "node-1", Affinity: affinity}}
+	inference := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "serving", Name: "gpu-client"},
+		Spec: corev1.PodSpec{NodeName: "node-1", NodeSelector: map[string]string{clientLabel: "true"}}}
+	unrelated := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "train"}, Spec: corev1.PodSpec{NodeName: "node-1"}}
+	client := fake.NewClientset(node, plugin, inference, unrelated)
+	filterPodsByNode(client)
+	var asked []string
+	var pdb sync.Mutex
+	blocking := true
+	evictThroughFake(client, func() bool { pdb.Lock(); defer pdb.Unlock(); return blocking }, &asked)
+	o := &nodeOperands{client: client, node: "node-1", timeout: 200 * time.Millisecond, every: 20 * time.Millisecond}
+	ctx := context.Background()
+	keys := []string{clientLabel, pluginLabel}
+
+	_, err := o.Pause(ctx, keys)
+	want := "pods gpu-operator/nvidia-device-plugin-x, serving/gpu-client still on the node after 200ms; the last eviction refused: pod serving/gpu-client: Cannot evict pod"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("Pause with a disruption budget blocking:\n got %v\nwant %s...", err, want)
+	}
+	if len(asked) < 2 || slices.ContainsFunc(asked, func(p string) bool { return p != "serving/gpu-client" }) {
+		t.Errorf("evictions asked %v, want serving/gpu-client again each round and no other", asked)
+	}
+
+	pdb.Lock()
+	blocking = false
+	pdb.Unlock()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = client.CoreV1().Pods("gpu-operator").Delete(ctx, plugin.Name, metav1.DeleteOptions{}) // the DaemonSet controller
+	}()
+	o.timeout = 10 * time.Second
+	evicted, err := o.Pause(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"serving/gpu-client"}, evicted); diff != "" {
+		t.Errorf("evicted (-want +got):\n%s", diff)
+	}
+	if _, err := client.CoreV1().Pods("default").Get(ctx, "train", metav1.GetOptions{}); err != nil {
+		t.Errorf("a pod no paused label selects: %v", err)
+	}
+}
+
+// The defaults by --advertise: NVIDIA's device plugin only where it
+// advertises (none), GFD and the GPU handle holders always.
+func TestDefaultPauseOperands(t *testing.T) {
+	always := []string{"gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm", "client"}
+	for advertise, want := range map[string][]string{
+		AdvertiseDevicePlugin: always,
+		AdvertiseDRA:          always,
+		AdvertiseNone:         append([]string{"device-plugin"}, always...),
+	} {
+		if diff := cmp.Diff(want, DefaultPauseOperands(advertise)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", advertise, diff)
+		}
 	}
 }

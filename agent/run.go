@@ -93,7 +93,7 @@ type Config struct {
 	// PauseOperands are the GPU Operator operands paused during a
 	// disruptive change where the node has their deploy labels
 	// (nvidia.com/gpu.deploy.<operand>); nil pauses none. carve-agent's
-	// default is DefaultPauseOperands.
+	// default is DefaultPauseOperands(Advertise).
 	PauseOperands []string
 	// OperandTimeout bounds the wait for paused operands' pods to leave
 	// the node; default DefaultOperandTimeout.

@@ -103,7 +103,7 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 		{"pod-resources-socket", "CARVE_POD_RESOURCES_SOCKET", plugin.DefaultPodResourcesSocket, "kubelet PodResources API socket; \"none\" for a node without a kubelet, where nothing is ever in use (for tests)", &o.podResourcesSocket},
 		{"state-dir", "CARVE_STATE_DIR", "/var/lib/carve", "directory for the checkpoint of the apply in progress", &o.stateDir},
 		{"metrics-addr", "CARVE_METRICS_ADDR", ":9465", "address of /metrics, /healthz and /readyz", &o.metricsAddr},
-		{"pause-operands", "CARVE_PAUSE_OPERANDS", strings.Join(agent.DefaultPauseOperands, ","), "GPU Operator operands paused (nvidia.com/gpu.deploy.<operand>=paused-for-mig-change) during a disruptive change, where the node has those labels; comma-separated, \"none\" for none", &operands},
+		{"pause-operands", "CARVE_PAUSE_OPERANDS", "", "GPU Operator operands paused (nvidia.com/gpu.deploy.<operand>=paused-for-mig-change) during a disruptive change, where the node has those labels; comma-separated, \"none\" for none; empty: " + strings.Join(agent.DefaultPauseOperands(agent.AdvertiseDevicePlugin), ",") + ", and with --advertise none also device-plugin", &operands},
 		{"profile-label", "CARVE_PROFILE_LABEL", carvev1.LabelProfile, "the node label that pins a profile; nvidia.com/mig.config for nodes labelled for NVIDIA's MIG manager", &o.profileLabel},
 		{"log-level", "CARVE_LOG_LEVEL", "info", "debug, info, warn or error", &logLevel},
 		{"shutdown-timeout", "CARVE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String(), "on SIGTERM, how long the agent waits for the GPU operation in flight to finish (then it checkpoints and exits); past it, it exits with the operation still running. Keep it below the pod's terminationGracePeriodSeconds", &shutdownTimeout},
@@ -162,14 +162,18 @@ func parseOptions(args []string, getenv func(string) string, stderr io.Writer) (
 	if err := agent.CheckProfileLabel(o.profileLabel); err != nil {
 		return o, fmt.Errorf("--profile-label: %w", err)
 	}
-	if operands != "none" && operands != "" {
+	if err := o.checkAdvertise(); err != nil {
+		return o, err
+	}
+	switch operands {
+	case "none":
+	case "":
+		o.pauseOperands = agent.DefaultPauseOperands(o.advertise)
+	default:
 		o.pauseOperands = strings.Split(operands, ",")
 	}
 	if err := agent.CheckOperands(o.pauseOperands); err != nil {
 		return o, fmt.Errorf("--pause-operands %q: %w", operands, err)
-	}
-	if err := o.checkAdvertise(); err != nil {
-		return o, err
 	}
 	if err := o.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return o, fmt.Errorf("--log-level %q: %w", logLevel, err)

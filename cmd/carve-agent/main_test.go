@@ -31,8 +31,14 @@ func defaultOptions(node string) options {
 	return options{nodeName: node, configMapNamespace: "carve-system", configMapName: "carve-profiles", gpus: "nvml",
 		advertise: "device-plugin", kubeletRootDir: "/var/lib/kubelet", cdiDir: "/var/run/cdi", devicePluginDir: "/var/lib/kubelet/device-plugins", podResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		stateDir: "/var/lib/carve", metricsAddr: ":9465", simLatency: "none", logLevel: slog.LevelInfo,
-		profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"dcgm-exporter", "dcgm"},
+		profileLabel: "carve.dev/profile", gfdLabels: true, pauseOperands: []string{"gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm", "client"},
 		shutdownTimeout: DefaultShutdownTimeout, xidPolicy: xidpolicy.Default()}
+}
+
+// noneOperands are the operands paused by default with --advertise none:
+// NVIDIA's device plugin too.
+func noneOperands() []string {
+	return []string{"device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm", "client"}
 }
 
 // wantOptions checks that the options are defaultOptions(node) changed by
@@ -132,6 +138,12 @@ func TestParseOptions(t *testing.T) {
 				}
 			},
 		},
+		{name: "no operands", args: []string{"--node-name", "n", "--advertise", "none", "--pause-operands", "none"},
+			check: wantOptions("n", func(o *options) { o.advertise, o.pauseOperands = "none", nil })},
+		{name: "operands named with advertise none", args: []string{"--node-name", "n", "--advertise", "none", "--pause-operands", "dcgm"},
+			check: wantOptions("n", func(o *options) { o.advertise, o.pauseOperands = "none", []string{"dcgm"} })},
+		{name: "an empty operand list is the default", args: []string{"--node-name", "n", "--advertise", "dra", "--pause-operands="},
+			check: wantOptions("n", func(o *options) { o.advertise = "dra" })},
 		{name: "a bad operand", args: []string{"--node-name", "n", "--pause-operands", "dcgm,,x"}, wantErr: true,
 			errText: `--pause-operands "dcgm,,x": an empty operand name`},
 		{name: "a bad boolean in the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_GFD_LABELS": "maybe"}, wantErr: true,
@@ -177,13 +189,13 @@ func TestParseOptions(t *testing.T) {
 		{name: "bad cdi", args: []string{"--node-name", "n", "--cdi=maybe"}, wantErr: true},
 		{name: "bad cdi in the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_CDI": "maybe"}, wantErr: true},
 		{name: "advertise none", args: []string{"--node-name", "n", "--advertise", "none"},
-			check: wantOptions("n", func(o *options) { o.advertise = "none" })},
+			check: wantOptions("n", func(o *options) { o.advertise, o.pauseOperands = "none", noneOperands() })},
 		{name: "advertise none from the environment", args: []string{"--node-name", "n"}, env: map[string]string{"CARVE_ADVERTISE": "none"},
-			check: wantOptions("n", func(o *options) { o.advertise = "none" })},
+			check: wantOptions("n", func(o *options) { o.advertise, o.pauseOperands = "none", noneOperands() })},
 		{name: "advertise flag beats environment", args: []string{"--node-name", "n", "--advertise=device-plugin"}, env: map[string]string{"CARVE_ADVERTISE": "none"},
 			check: wantOptions("n", func(*options) {})},
 		{name: "advertise none keeps the device plugin dir", args: []string{"--node-name", "n", "--advertise", "none", "--device-plugin-dir", "/dp"},
-			check: wantOptions("n", func(o *options) { o.advertise, o.devicePluginDir = "none", "/dp" })},
+			check: wantOptions("n", func(o *options) { o.advertise, o.devicePluginDir, o.pauseOperands = "none", "/dp", noneOperands() })},
 		{name: "advertise dra", args: []string{"--node-name", "n", "--advertise", "dra", "--kubelet-root-dir", "/k", "--cdi-dir", "/c"},
 			check: wantOptions("n", func(o *options) { o.advertise, o.kubeletRootDir, o.cdiDir = "dra", "/k", "/c" })},
 		{name: "advertise dra from the environment", args: []string{"--node-name", "n"},
@@ -204,12 +216,12 @@ func TestParseOptions(t *testing.T) {
 		{name: "cdi from the environment with advertise none", args: []string{"--node-name", "n"},
 			env: map[string]string{"CARVE_CDI": "true", "CARVE_ADVERTISE": "none"}, wantErr: true},
 		{name: "cdi false with advertise none", args: []string{"--node-name", "n", "--cdi=false", "--advertise", "none"},
-			check: wantOptions("n", func(o *options) { o.advertise = "none" })},
+			check: wantOptions("n", func(o *options) { o.advertise, o.pauseOperands = "none", noneOperands() })},
 		{name: "pod resources socket none", args: []string{"--node-name", "n", "--pod-resources-socket", "none"},
 			check: wantOptions("n", func(o *options) { o.podResourcesSocket = "none" })},
 		{name: "pod resources socket none from the environment", args: []string{"--node-name", "n", "--advertise", "none"},
 			env:   map[string]string{"CARVE_POD_RESOURCES_SOCKET": "none"},
-			check: wantOptions("n", func(o *options) { o.advertise, o.podResourcesSocket = "none", "none" })},
+			check: wantOptions("n", func(o *options) { o.advertise, o.podResourcesSocket, o.pauseOperands = "none", "none", noneOperands() })},
 		{name: "bad log level", args: []string{"--node-name", "n", "--log-level", "loud"}, wantErr: true},
 		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantErr: true},
 		{name: "unknown flag", args: []string{"--node", "n"}, wantErr: true},

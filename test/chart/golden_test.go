@@ -36,6 +36,7 @@ func goldenCases() []struct{ name, what string } {
 		{"local-cluster", "the values test/e2e installs with on the local cluster"},
 		{"dra", "advertise: dra with another kubelet root and CDI directory, and extended-resource DeviceClasses"},
 		{"xid-policy", "the XID policy set: nothing ignored, two XIDs recoverable after 10 minutes, a taint effect per class"},
+		{"narrow-rbac", "evictions only in two namespaces, and no operands paused: no pods list"},
 	}
 }
 

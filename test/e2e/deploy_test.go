@@ -346,7 +346,7 @@ func TestDeployGPUOperatorOverlay(t *testing.T) {
 		t.Errorf("runtimeClassName %v, want nvidia", pod.RuntimeClassName)
 	}
 	args := pod.Containers[0].Args
-	for _, want := range []string{"--profile-label=nvidia.com/mig.config", "--mig-manager-state-label", "--gfd-labels=false", "--pause-operands=dcgm-exporter,dcgm"} {
+	for _, want := range []string{"--profile-label=nvidia.com/mig.config", "--mig-manager-state-label", "--gfd-labels=false", "--pause-operands=gpu-feature-discovery,dcgm-exporter,dcgm,nvsm,client"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("args %v lack %s", args, want)
 		}

@@ -40,26 +40,35 @@ profiles:
 
 // exporterDaemonSet stands in for the GPU Operator's DCGM exporter: a
 // DaemonSet that selects nodes by the operand's deploy label.
-func exporterDaemonSet() *appsv1.DaemonSet {
-	labels := map[string]string{"app": exporterName}
-	zero := int64(0)
+func exporterDaemonSet() *appsv1.DaemonSet { return standIn(exporterName, exporterLabel) }
+
+// standIn is a stand-in for a GPU Operator operand: a DaemonSet named name
+// whose pods (label app=name) select nodes by the deploy label.
+func standIn(name, label string) *appsv1.DaemonSet {
+	labels := map[string]string{"app": name}
 	return &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: exporterName},
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: name},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector:                  map[string]string{exporterLabel: "true"},
-					TerminationGracePeriodSeconds: &zero,
-					HostNetwork:                   true, // as the test cluster's pods are
-					Containers: []corev1.Container{{
-						Name: "exporter", Image: cluster.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-						Command: []string{"/bin/sh", "-c", "sleep 3600"},
-					}},
-				},
+				Spec:       sleeperSpec(label),
 			},
 		},
+	}
+}
+
+// sleeperSpec is a pod that sleeps on a node whose label is true.
+func sleeperSpec(label string) corev1.PodSpec {
+	zero := int64(0)
+	return corev1.PodSpec{
+		NodeSelector:                  map[string]string{label: "true"},
+		TerminationGracePeriodSeconds: &zero,
+		HostNetwork:                   true, // as the test cluster's pods are
+		Containers: []corev1.Container{{
+			Name: "sleep", Image: cluster.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+			Command: []string{"/bin/sh", "-c", "sleep 3600"},
+		}},
 	}
 }
 

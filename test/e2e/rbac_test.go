@@ -133,6 +133,24 @@ func agentNeeds(node string) []access {
 	}
 }
 
+// tokenCan are requests beyond the agent's own that RBAC lets its token
+// make all the same, as docs/agent.md ("What a stolen agent token can do")
+// states them: read every Node, Events in any namespace, list every pod,
+// evict any pod (as PodDisruptionBudgets allow), any Lease of its
+// namespace. Each must be allowed, so that the page stays true.
+func tokenCan() []access {
+	return []access{
+		{"list", "", "nodes", "", "", ""},
+		{"get", "", "nodes", "", "", "another-node"},
+		{"watch", "", "nodes", "", "", ""},
+		{"create", "", "events", "", "kube-system", ""},
+		{"list", "", "pods", "", "kube-system", ""},
+		{"create", "", "pods", "eviction", "kube-system", "any-pod"},
+		{"delete", "coordination.k8s.io", "leases", "", deployNS, "carve-rollout-carve-profiles-1"},
+		{"update", "coordination.k8s.io", "leases", "", deployNS, "carve-failed-other-node"},
+	}
+}
+
 // agentMustNot are requests near the agent's that it does not make, and
 // that must be denied, as the API server's authoriser decides.
 func agentMustNot(node string) []access {
@@ -154,6 +172,18 @@ func agentMustNot(node string) []access {
 		{"patch", "", "configmaps", "", deployNS, profilesCM},
 		{"delete", "", "configmaps", "", deployNS, profilesCM},
 		{"get", "", "pods", "", "default", ""},
+		{"get", "", "pods", "log", "default", "some-pod"},
+		{"create", "", "pods", "attach", "default", "some-pod"},
+		{"create", "", "pods", "portforward", "default", "some-pod"},
+		{"create", "", "pods", "", "default", ""},
+		{"update", "", "pods", "status", "default", "some-pod"},
+		{"deletecollection", "", "pods", "", "default", ""},
+		{"update", "", "nodes", "status", "", node},
+		{"get", "", "configmaps", "", "kube-system", "any"},
+		{"list", "", "serviceaccounts", "", "", ""},
+		{"create", "rbac.authorization.k8s.io", "rolebindings", "", deployNS, ""},
+		{"update", "admissionregistration.k8s.io", "validatingadmissionpolicies", "", "", "carve-agent-node-writes"},
+		{"list", "resource.k8s.io", "resourceclaims", "", "", ""},
 		{"watch", "", "pods", "", "", ""},
 		{"patch", "", "pods", "", "default", "some-pod"},
 		{"delete", "", "pods", "", "default", "some-pod"},
@@ -192,12 +222,18 @@ func allowed(ctx context.Context, t *testing.T, cs kubernetes.Interface, user st
 }
 
 // checkAccess checks through SubjectAccessReviews that user in groups may
-// make every request the agent on node needs and none of agentMustNot.
+// make every request the agent on node needs and those of tokenCan, and
+// none of agentMustNot.
 func checkAccess(ctx context.Context, t *testing.T, cs kubernetes.Interface, user string, groups []string, node string) {
 	t.Helper()
 	for _, a := range agentNeeds(node) {
 		if !allowed(ctx, t, cs, user, groups, a) {
 			t.Errorf("%s may not %+v; the agent needs it", user, a)
+		}
+	}
+	for _, a := range tokenCan() {
+		if !allowed(ctx, t, cs, user, groups, a) {
+			t.Errorf("%s may not %+v; docs/agent.md says a stolen token can", user, a)
 		}
 	}
 	for _, a := range agentMustNot(node) {
