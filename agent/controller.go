@@ -66,6 +66,9 @@ type Controller struct {
 	// ProfileLabel is the node label that pins a profile; "" is
 	// carve.dev/profile (configs.File.ProfileLabel).
 	ProfileLabel string
+	// InUsePoll is how often the kubelet is asked which devices pods hold,
+	// a change starting a pass (watchInUse); 0 never asks.
+	InUsePoll time.Duration
 
 	ready atomic.Bool
 	// held is whether the Node's labels hold it (carve.dev/hold=true), as
@@ -180,6 +183,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		q.ShutDown()
 	}()
 	q.Add(queueKey)
+	if c.Reconciler != nil {
+		go watchInUse(ctx, c.Reconciler.InUse, c.InUsePoll, func() { q.Add(queueKey) })
+	}
 	for c.next(ctx, q, nodes.GetStore(), cms.GetStore()) {
 	}
 	return nil
