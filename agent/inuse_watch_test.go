@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -13,9 +12,7 @@ import (
 func TestWatchInUse(t *testing.T) {
 	src := &fakeInUse{}
 	changes := make(chan struct{}, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go watchInUse(ctx, src, 5*time.Millisecond, func() { changes <- struct{}{} })
+	go watchInUse(t.Context(), src, 5*time.Millisecond, func() { changes <- struct{}{} })
 	polled := func(n int) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
