@@ -11,6 +11,7 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/timeslice"
 )
 
@@ -261,5 +262,30 @@ func TestRecordInUseWrittenWhenItChanges(t *testing.T) {
 	h.inUse.release(busy)
 	if got := h.reconcile(f, nil, "balanced").Annotation; got.Generation != held.Generation+1 || len(got.InUse.Devices) != 0 {
 		t.Fatalf("after the pod ended: generation %d in use %+v, want %d and none", got.Generation, got.InUse, held.Generation+1)
+	}
+}
+
+// TestRecordApplying: an apply that failed part-way leaves its checkpoint,
+// and the record says so (profile, ops done of ops) until the node is as
+// wanted.
+func TestRecordApplying(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(testProfiles)
+	if a := h.reconcile(f, nil, "balanced").Annotation.Applying; a != nil {
+		t.Fatalf("applying %+v after a complete apply, want nil", a)
+	}
+	if err := h.m.InjectFault(sim.Fault{Call: "CreateGPUInstance", GPU: 0, Err: partition.ErrInsufficientResources, Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res := h.reconcile(f, nil, "small")
+	a := res.Annotation.Applying
+	if res.State != carvev1.StateFailed || a == nil {
+		t.Fatalf("the failing apply: state %s, applying %+v; want failed and an unfinished apply", res.State, a)
+	}
+	if a.Profile != "small" || a.OpsDone == 0 || a.OpsDone >= a.Ops || a.Started == "" {
+		t.Errorf("applying %+v, want profile small, some of its ops done, a start", a)
+	}
+	if a := h.reconcile(f, nil, "small").Annotation.Applying; a != nil {
+		t.Errorf("applying %+v once the node is as wanted, want nil", a)
 	}
 }

@@ -207,8 +207,8 @@ func holders(u *carvev1.InUseRecord) map[string][]string {
 }
 
 // writeNodeNotes says what else the node's agent weighs: the devices in
-// use, an unfinished apply, and a maintenance window the disruptive
-// changes wait for.
+// use, an unfinished apply, a maintenance window the disruptive changes
+// wait for, and a hold.
 func writeNodeNotes(w io.Writer, n recordedNode, f *configs.File, plan partition.NodePlan, now time.Time) {
 	if u := n.rec.InUse; len(u.Devices) > 0 {
 		fmt.Fprintln(w, "\nDevices in use:")
@@ -227,5 +227,8 @@ func writeNodeNotes(w io.Writer, n recordedNode, f *configs.File, plan partition
 			when = "the next starts at " + next.UTC().Format(time.RFC3339)
 		}
 		fmt.Fprintf(w, "\nThe disruptive changes wait for a maintenance window: %s.\n", when)
+	}
+	if held, _ := carvev1.Held(n.labels); held && !plan.NoOp() {
+		fmt.Fprintf(w, "\nThe node is held (%s=%s): its agent changes nothing until the label is removed.\n", carvev1.LabelHold, carvev1.HoldTrue)
 	}
 }

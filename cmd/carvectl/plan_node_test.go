@@ -45,7 +45,7 @@ func planNodeRecord(t *testing.T) string {
 }
 
 func planNodeObjects(record string) []runtime.Object {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-a", Labels: map[string]string{}, Annotations: map[string]string{}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-a", Labels: map[string]string{carvev1.LabelHold: carvev1.HoldTrue}, Annotations: map[string]string{}}}
 	if record != "" {
 		node.Annotations[carvev1.AnnotationRecord] = record
 	}
@@ -69,6 +69,7 @@ func TestPlanNode(t *testing.T) {
 		"(pods ml/train)",
 		"operations once unblocked:",
 		"Devices in use:\n  MIG-7  ml/train",
+		"The node is held (carve.dev/hold=true): its agent changes nothing until the label is removed.",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
