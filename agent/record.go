@@ -59,12 +59,17 @@ func GPURecords(gpus []partition.GPU, res timeslice.Resources, sharing map[int]t
 }
 
 // InUseRecord describes the devices pods hold, by UUID, with the pods
-// (namespace/name) that hold each.
+// (namespace/name) that hold each; a ResourceClaim that holds a device for
+// no pod is named namespace/resourceclaim/name.
 func InUseRecord(u *plugin.InUse) *carvev1.InUseRecord {
 	pods := map[string][]string{}
 	for _, a := range u.Assignments {
+		holder := a.Namespace + "/" + a.Pod
+		if a.Pod == "" {
+			holder = a.Namespace + "/" + a.Resource
+		}
 		for _, id := range a.UUIDs {
-			pods[id] = append(pods[id], a.Namespace+"/"+a.Pod)
+			pods[id] = append(pods[id], holder)
 		}
 	}
 	out := &carvev1.InUseRecord{Devices: make([]carvev1.DeviceInUse, 0, len(u.UUIDs))}

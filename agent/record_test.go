@@ -10,6 +10,7 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/plugin"
 )
 
 // recordedNode builds a machine whose GPUs are in every state a plan
@@ -123,5 +124,27 @@ func TestNodeFromRecordTooOld(t *testing.T) {
 	}
 	if _, err := partition.InUseFromRecord(old); !errors.Is(err, partition.ErrRecordTooOld) || !strings.Contains(err.Error(), "(inUse)") {
 		t.Errorf("InUseFromRecord = %v, want it to name inUse", err)
+	}
+}
+
+// TestInUseRecord: each device once, by UUID, with its pods sorted, each
+// once; a claim that holds a device for no pod is named by the claim.
+func TestInUseRecord(t *testing.T) {
+	u := &plugin.InUse{
+		Assignments: []plugin.Assignment{
+			{Namespace: "ml", Pod: "train", Container: "a", UUIDs: []string{"MIG-b"}},
+			{Namespace: "ml", Pod: "train", Container: "b", UUIDs: []string{"MIG-b"}},
+			{Namespace: "ml", Pod: "eval", UUIDs: []string{"MIG-b", "GPU-a"}},
+			{Namespace: "ml", Resource: "resourceclaim/spare", UUIDs: []string{"MIG-c"}},
+		},
+		UUIDs: []string{"GPU-a", "MIG-b", "MIG-c"},
+	}
+	want := &carvev1.InUseRecord{Devices: []carvev1.DeviceInUse{
+		{UUID: "GPU-a", Pods: []string{"ml/eval"}},
+		{UUID: "MIG-b", Pods: []string{"ml/eval", "ml/train"}},
+		{UUID: "MIG-c", Pods: []string{"ml/resourceclaim/spare"}},
+	}}
+	if diff := cmp.Diff(want, InUseRecord(u)); diff != "" {
+		t.Errorf("InUseRecord (-want +got):\n%s", diff)
 	}
 }

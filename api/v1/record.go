@@ -105,7 +105,9 @@ type InUseRecord struct {
 type DeviceInUse struct {
 	// UUID is the GPU ("GPU-...") or MIG device ("MIG-...") UUID.
 	UUID string `json:"uuid"`
-	// Pods are the pods that hold it, namespace/name, sorted.
+	// Pods are the pods that hold it, namespace/name, sorted; a
+	// ResourceClaim that holds it for no pod reads
+	// namespace/resourceclaim/name.
 	Pods []string `json:"pods,omitempty"`
 }
 
