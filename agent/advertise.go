@@ -100,11 +100,31 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 	}
 	rec := carvev1.NodeRecord{
 		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, AgentVersion: p.r.AgentVersion, ConfigMap: p.r.ConfigMap,
-		LastError: lastErr, Waiting: p.waitReason, Change: p.r.change,
+		LastError: lastErr, Waiting: p.waitReason, Change: p.r.change, InUse: p.inUseRecord(), Applying: p.r.applying,
 		GPUs:   p.markWithheld(GPURecords(p.node.GPUs, res, p.sharing)),
 		Labels: slices.Sorted(maps.Keys(labels)),
 	}
 	return labels, carvev1.Next(p.in.Previous, rec, p.in.Now)
+}
+
+// inUseRecord returns the devices pods hold, for the record: the kubelet's
+// answer of this pass, asked now if the pass did not need it. The answer
+// changes only when a pod that holds a device starts or ends, so a node at
+// rest writes nothing. When the kubelet does not answer, the record keeps
+// what it said.
+func (p *pass) inUseRecord() *carvev1.InUseRecord {
+	if p.inUse == nil {
+		u, err := p.r.InUse.InUse(p.ctx)
+		if err != nil {
+			p.log.Info("devices in use unknown; the node record keeps its list", "err", err)
+			if p.in.Previous != nil {
+				return p.in.Previous.InUse
+			}
+			return nil
+		}
+		p.inUse = u
+	}
+	return InUseRecord(p.inUse)
 }
 
 // adopted reports whether the pass found an accepted profile file that

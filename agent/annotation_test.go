@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/timeslice"
 )
 
@@ -32,11 +34,15 @@ func TestGPURecordsAndSharingRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := GPURecords(gpus, res, sharing)
+	const product, mem = "NVIDIA H100 80GB HBM3", 81559
 	want := []carvev1.GPURecord{
-		{Index: 0, UUID: "GPU-a", Model: "H100-80GB", MIGMode: "disabled", PendingMIGMode: "enabled", Replicas: 3, RenameShared: true, FailRequestsGreaterThanOne: true},
-		{Index: 1, UUID: "GPU-b", Model: "H100-80GB", MIGMode: "enabled", Instances: []carvev1.InstanceRecord{
-			{Profile: "1g.10gb", Placement: carvev1.Placement{Start: 0, Size: 1}, GIID: 1, UUID: "MIG-1", Replicas: 2},
-			{Profile: "3g.40gb", Placement: carvev1.Placement{Start: 4, Size: 4}, GIID: 3, UUID: "MIG-3", Replicas: 1},
+		{Index: 0, UUID: "GPU-a", Model: "H100-80GB", Product: product, MemoryMiB: mem, MIGMode: "disabled", PendingMIGMode: "enabled",
+			Replicas: 3, RenameShared: true, FailRequestsGreaterThanOne: true},
+		{Index: 1, UUID: "GPU-b", Model: "H100-80GB", Product: product, MemoryMiB: mem, MIGMode: "enabled", Instances: []carvev1.InstanceRecord{
+			{Profile: "1g.10gb", Placement: carvev1.Placement{Start: 0, Size: 1}, GIID: 1, UUID: "MIG-1", Replicas: 2,
+				ComputeInstances: []carvev1.ComputeInstanceRecord{{ID: 0, ComputeSlices: 1, UUID: "MIG-1"}}},
+			{Profile: "3g.40gb", Placement: carvev1.Placement{Start: 4, Size: 4}, GIID: 3, UUID: "MIG-3", Replicas: 1,
+				ComputeInstances: []carvev1.ComputeInstanceRecord{{ID: 0, ComputeSlices: 3, UUID: "MIG-3"}}},
 		}},
 	}
 	if diff := cmp.Diff(want, recs); diff != "" {
@@ -216,5 +222,70 @@ func TestRecordFromNewerAgent(t *testing.T) {
 	again, err := second.Annotation.Encode()
 	if err != nil || again != enc {
 		t.Errorf("record written back (%v):\n%s\nwant the agent's own:\n%s", err, again, enc)
+	}
+}
+
+// TestRecordInUseWrittenWhenItChanges: the record lists the devices pods
+// hold, with their pods, so that a plan can be previewed from it; a pass at
+// rest with the same devices held writes the same record (nothing to
+// patch), a pod that starts or ends changes it, and a kubelet that does not
+// answer leaves the list as it was.
+func TestRecordInUseWrittenWhenItChanges(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(testProfiles)
+	first := h.reconcile(f, nil, "balanced").Annotation
+	if diff := cmp.Diff(&carvev1.InUseRecord{Devices: []carvev1.DeviceInUse{}}, first.InUse); diff != "" {
+		t.Fatalf("in use once applied (-want +got):\n%s", diff)
+	}
+	same := func(step string, want carvev1.NodeRecord) {
+		t.Helper()
+		got := h.reconcile(f, nil, "balanced").Annotation
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("%s: the record changed at rest (-before +after):\n%s", step, diff)
+		}
+	}
+	same("at rest", first)
+	busy := h.migUUID(0, "3g.40gb")
+	h.inUse.hold(busy, "trainer")
+	held := h.reconcile(f, nil, "balanced").Annotation
+	wantHeld := &carvev1.InUseRecord{Devices: []carvev1.DeviceInUse{{UUID: busy, Pods: []string{"default/trainer"}}}}
+	if diff := cmp.Diff(wantHeld, held.InUse); diff != "" {
+		t.Fatalf("in use once a pod holds %s (-want +got):\n%s", busy, diff)
+	}
+	if held.Generation != first.Generation+1 {
+		t.Fatalf("generation %d after a pod started, want %d", held.Generation, first.Generation+1)
+	}
+	same("at rest with a pod", held)
+	h.inUse.err = errors.New("kubelet unreachable")
+	same("kubelet unreachable", held)
+	h.inUse.err = nil
+	h.inUse.release(busy)
+	if got := h.reconcile(f, nil, "balanced").Annotation; got.Generation != held.Generation+1 || len(got.InUse.Devices) != 0 {
+		t.Fatalf("after the pod ended: generation %d in use %+v, want %d and none", got.Generation, got.InUse, held.Generation+1)
+	}
+}
+
+// TestRecordApplying: an apply that failed part-way leaves its checkpoint,
+// and the record says so (profile, ops done of ops) until the node is as
+// wanted.
+func TestRecordApplying(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	f := h.parse(testProfiles)
+	if a := h.reconcile(f, nil, "balanced").Annotation.Applying; a != nil {
+		t.Fatalf("applying %+v after a complete apply, want nil", a)
+	}
+	if err := h.m.InjectFault(sim.Fault{Call: "CreateGPUInstance", GPU: 0, Err: partition.ErrInsufficientResources, Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res := h.reconcile(f, nil, "small")
+	a := res.Annotation.Applying
+	if res.State != carvev1.StateFailed || a == nil {
+		t.Fatalf("the failing apply: state %s, applying %+v; want failed and an unfinished apply", res.State, a)
+	}
+	if a.Profile != "small" || a.OpsDone == 0 || a.OpsDone >= a.Ops || a.Started == "" {
+		t.Errorf("applying %+v, want profile small, some of its ops done, a start", a)
+	}
+	if a := h.reconcile(f, nil, "small").Annotation.Applying; a != nil {
+		t.Errorf("applying %+v once the node is as wanted, want nil", a)
 	}
 }

@@ -111,7 +111,7 @@ func (r *Reconciler) applyPlans(p *pass, plans []partition.GPUPlan) (int, time.D
 		if r.Checkpoints == nil {
 			return nil
 		}
-		r.intent = true
+		r.intent, r.applying = true, ApplyRecordOf(cp)
 		return r.Checkpoints.Save(cp)
 	}
 	if err := save(); err != nil {
@@ -179,7 +179,7 @@ func (p *pass) clearIntent() {
 		p.event(true, carvev1.ReasonCheckpointFailed, "the node is as wanted, but the apply checkpoint could not be removed: %s", err)
 		return
 	}
-	r.intent = false
+	r.intent, r.applying = false, nil
 }
 
 // startOp is the Applier's BeforeOp: the rollout's fence, then the op is

@@ -66,11 +66,17 @@ type Controller struct {
 	// ProfileLabel is the node label that pins a profile; "" is
 	// carve.dev/profile (configs.File.ProfileLabel).
 	ProfileLabel string
+	// InUsePoll is how often the kubelet is asked which devices pods hold,
+	// a change starting a pass (watchInUse); 0 never asks.
+	InUsePoll time.Duration
 
 	ready atomic.Bool
 	// held is whether the Node's labels hold it (carve.dev/hold=true), as
 	// the Node's informer last saw them.
 	held atomic.Bool
+	// inUse is the devices in use the record written last lists
+	// (inUseKey), "" before the first.
+	inUse atomic.Value
 	// backoff spaces the retries of failed reconciles; made by Run.
 	backoff workqueue.TypedRateLimiter[string]
 }
@@ -106,6 +112,13 @@ func (c *Controller) watchHold(obj any) {
 		held, _ := carvev1.Held(n.Labels)
 		c.held.Store(held)
 	}
+}
+
+// recordedInUse returns the devices in use the record written last lists
+// (inUseKey).
+func (c *Controller) recordedInUse() string {
+	s, _ := c.inUse.Load().(string)
+	return s
 }
 
 // Ready reports whether the caches have synced and a reconcile has
@@ -180,6 +193,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		q.ShutDown()
 	}()
 	q.Add(queueKey)
+	if c.Reconciler != nil {
+		go watchInUse(ctx, c.Reconciler.InUse, c.InUsePoll, c.recordedInUse, func() { q.Add(queueKey) })
+	}
 	for c.next(ctx, q, nodes.GetStore(), cms.GetStore()) {
 	}
 	return nil
@@ -291,6 +307,7 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 			return time.Time{}, false, fmt.Errorf("patch node %s: %w", c.NodeName, err)
 		}
 	}
+	c.inUse.Store(inUseKey(res.Annotation.InUse))
 	if res.ReleaseSlot {
 		c.Reconciler.ReleaseSlot(ctx)
 	}

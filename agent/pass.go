@@ -120,7 +120,7 @@ func (p *pass) resume() {
 	if intent == nil {
 		return
 	}
-	r.intent = true
+	r.intent, r.applying = true, ApplyRecordOf(*intent)
 	r.paused = intent.Paused
 	p.event(false, carvev1.ReasonResumingApply, "an apply of profile %s started %s was interrupted after %d ops; re-planning from the GPUs as they are",
 		intent.Profile, intent.Started.UTC().Format(time.RFC3339), intent.OpsDone())

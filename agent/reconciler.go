@@ -217,8 +217,11 @@ type Reconciler struct {
 	started bool
 	// intent is true while a checkpoint may be on disk: one found at start
 	// or written by an apply, removed once the node is as wanted.
-	intent  bool
-	applied *appliedState
+	intent bool
+	// applying is the record's account of that checkpoint, nil when there
+	// is none.
+	applying *carvev1.ApplyRecord
+	applied  *appliedState
 	// startup holds back GPUs that lost their partition until the
 	// profile in force is realised on them (startup.go).
 	startup startupState

@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"slices"
 	"sort"
+	"time"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/plugin"
 	"github.com/carve-dev/carve/timeslice"
 )
 
@@ -32,7 +35,7 @@ func GPURecords(gpus []partition.GPU, res timeslice.Resources, sharing map[int]t
 	}
 	out := make([]carvev1.GPURecord, 0, len(gpus))
 	for _, g := range gpus {
-		r := carvev1.GPURecord{Index: g.Index, UUID: g.UUID, Model: g.Model, MIGMode: modeWord(g, g.MIGMode)}
+		r := carvev1.GPURecord{Index: g.Index, UUID: g.UUID, Model: g.Model, Product: g.Product, MemoryMiB: g.MemoryMiB, MIGMode: modeWord(g, g.MIGMode)}
 		if p := modeWord(g, g.PendingMIGMode); p != r.MIGMode {
 			r.PendingMIGMode = p
 		}
@@ -45,6 +48,7 @@ func GPURecords(gpus []partition.GPU, res timeslice.Resources, sharing map[int]t
 			u := in.UUID()
 			r.Instances = append(r.Instances, carvev1.InstanceRecord{
 				Profile: in.Profile, Placement: partition.PlacementToV1(in.Placement), GIID: in.GIID, UUID: u, Replicas: replicas[u],
+				ComputeInstances: partition.ComputeInstancesToV1(in.CIs),
 			})
 		}
 		sort.SliceStable(r.Instances, func(i, j int) bool { return r.Instances[i].Placement.Start < r.Instances[j].Placement.Start })
@@ -52,6 +56,37 @@ func GPURecords(gpus []partition.GPU, res timeslice.Resources, sharing map[int]t
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out
+}
+
+// InUseRecord describes the devices pods hold, by UUID, with the pods
+// (namespace/name) that hold each; a ResourceClaim that holds a device for
+// no pod is named namespace/resourceclaim/name.
+func InUseRecord(u *plugin.InUse) *carvev1.InUseRecord {
+	pods := map[string][]string{}
+	for _, a := range u.Assignments {
+		holder := a.Namespace + "/" + a.Pod
+		if a.Pod == "" {
+			holder = a.Namespace + "/" + a.Resource
+		}
+		for _, id := range a.UUIDs {
+			pods[id] = append(pods[id], holder)
+		}
+	}
+	out := &carvev1.InUseRecord{Devices: make([]carvev1.DeviceInUse, 0, len(u.UUIDs))}
+	for _, id := range u.UUIDs {
+		out.Devices = append(out.Devices, carvev1.DeviceInUse{UUID: id, Pods: slices.Compact(slices.Sorted(slices.Values(pods[id])))})
+	}
+	sort.Slice(out.Devices, func(i, j int) bool { return out.Devices[i].UUID < out.Devices[j].UUID })
+	return out
+}
+
+// ApplyRecordOf describes the unfinished apply a checkpoint keeps.
+func ApplyRecordOf(cp carvev1.Checkpoint) *carvev1.ApplyRecord {
+	ops := 0
+	for _, g := range cp.Plan.GPUs {
+		ops += len(g.Ops)
+	}
+	return &carvev1.ApplyRecord{Profile: cp.Profile, Started: cp.Started.UTC().Format(time.RFC3339), OpsDone: cp.OpsDone(), Ops: ops}
 }
 
 // SharingFromRecords recovers sharing settings from a node record, for an

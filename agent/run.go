@@ -247,6 +247,7 @@ func newController(cfg Config, side kubeletSide, metrics *Metrics) (*Controller,
 		Client: cfg.Client, NodeName: cfg.NodeName,
 		ConfigMapNamespace: cfg.ConfigMapNamespace, ConfigMapName: cfg.ConfigMapName,
 		Metrics: metrics, Clock: cfg.Clock, Logger: cfg.Logger, ProfileLabel: cfg.ProfileLabel,
+		InUsePoll: InUsePollInterval,
 	}
 	var cps *Checkpoints
 	if cfg.StateDir != "" {

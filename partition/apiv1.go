@@ -2,6 +2,7 @@ package partition
 
 import (
 	"maps"
+	"slices"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 )
@@ -32,6 +33,20 @@ func PlacementToV1(p Placement) carvev1.Placement {
 // PlacementFromV1 returns the planner's form of p.
 func PlacementFromV1(p carvev1.Placement) Placement {
 	return Placement{Start: p.Start, Size: p.Size}
+}
+
+// ComputeInstancesToV1 returns the node record's form of a GPU instance's
+// compute instances, by ID; nil when there are none.
+func ComputeInstancesToV1(cis []ComputeInstance) []carvev1.ComputeInstanceRecord {
+	if len(cis) == 0 {
+		return nil
+	}
+	out := make([]carvev1.ComputeInstanceRecord, len(cis))
+	for i, ci := range cis {
+		out[i] = carvev1.ComputeInstanceRecord{ID: ci.ID, ComputeSlices: ci.ComputeSlices, UUID: ci.UUID}
+	}
+	slices.SortFunc(out, func(a, b carvev1.ComputeInstanceRecord) int { return a.ID - b.ID })
+	return out
 }
 
 func gpuPlanToV1(g GPUPlan) carvev1.GPUPlan {

@@ -183,15 +183,19 @@ func goldenRecord() NodeRecord {
 		LastError: "GPU 1: reset: in use", Waiting: "a rollout slot: all 1 are taken",
 		Change: &ChangeRecord{Since: "2026-02-01T00:00:00Z", Profile: "training", Slot: "carve-rollout-carve-profiles-0"},
 		GPUs: []GPURecord{
-			{Index: 0, UUID: "GPU-a", Model: "A100-40GB", MIGMode: "disabled", PendingMIGMode: "enabled",
+			{Index: 0, UUID: "GPU-a", Model: "A100-40GB", Product: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960,
+				MIGMode: "disabled", PendingMIGMode: "enabled",
 				Replicas: 4, RenameShared: true, FailRequestsGreaterThanOne: true},
 			{Index: 1, UUID: "GPU-b", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{
 				{Profile: "1g.10gb+me", Placement: Placement{Start: 0, Size: 1}, GIID: 7},
-				{Profile: "3g.40gb", Placement: Placement{Start: 4, Size: 4}, GIID: 2, UUID: "MIG-b2", Replicas: 2},
+				{Profile: "3g.40gb", Placement: Placement{Start: 4, Size: 4}, GIID: 2, UUID: "MIG-b2", Replicas: 2,
+					ComputeInstances: []ComputeInstanceRecord{{ID: 1, ComputeSlices: 3, UUID: "MIG-b2"}}},
 			}},
 			{Index: 2, UUID: "GPU-c", Model: "H100-80GB", MIGMode: "enabled", NotAdvertised: NotAdvertisedLost},
 		},
-		Labels: []string{LabelGPUCount, "nvidia.com/mig-3g.40gb.count"},
+		InUse:    &InUseRecord{Devices: []DeviceInUse{{UUID: "MIG-b2", Pods: []string{"ml/train-0"}}}},
+		Applying: &ApplyRecord{Profile: "training", Started: "2026-02-01T00:00:00Z", OpsDone: 2, Ops: 6},
+		Labels:   []string{LabelGPUCount, "nvidia.com/mig-3g.40gb.count"},
 	}
 }
 
@@ -366,6 +370,34 @@ func TestStateFilesFromNewerAgent(t *testing.T) {
 		}
 		if err := decoders[name](next); err == nil || !strings.Contains(err.Error(), "format version 2") {
 			t.Errorf("%s of format version 2: err %v, want one naming the version", name, err)
+		}
+	}
+}
+
+// TestNodeRecordFromOlderAgent: a record an agent wrote before the record
+// held what a plan needs (products, memory, compute instances, devices in
+// use) reads with those fields empty, so that a reader can tell it apart
+// and name what is missing.
+func TestNodeRecordFromOlderAgent(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "record-v1-no-inventory.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeNodeRecord(string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.InUse != nil || got.Applying != nil {
+		t.Errorf("inUse %+v applying %+v, want both nil", got.InUse, got.Applying)
+	}
+	for _, g := range got.GPUs {
+		if g.Product != "" || g.MemoryMiB != 0 {
+			t.Errorf("GPU %d: product %q memory %d, want none", g.Index, g.Product, g.MemoryMiB)
+		}
+		for _, in := range g.Instances {
+			if in.ComputeInstances != nil {
+				t.Errorf("GPU %d instance %v: compute instances %v, want nil", g.Index, in.Placement, in.ComputeInstances)
+			}
 		}
 	}
 }

@@ -6,7 +6,8 @@ package v1
 type PlanDocument struct {
 	// Profile is the profile planned.
 	Profile string `json:"profile"`
-	// GPUs is the --gpus value the plan was made for.
+	// GPUs is the --gpus value the plan was made for, or "node:<name>"
+	// for a plan made from a node's record (carvectl plan --node).
 	GPUs string `json:"gpus"`
 	// Plan holds one plan per GPU, in index order.
 	Plan NodePlan `json:"plan"`

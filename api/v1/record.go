@@ -59,6 +59,15 @@ type NodeRecord struct {
 	Change *ChangeRecord `json:"change,omitempty"`
 	// GPUs are the node's GPUs, by index.
 	GPUs []GPURecord `json:"gpus"`
+	// InUse is the devices pods hold, as the kubelet last told the agent,
+	// so that a plan can be previewed away from the node (carvectl plan
+	// --node). It changes only when a pod that holds a device starts or
+	// ends. Nil in a record an older agent wrote.
+	InUse *InUseRecord `json:"inUse,omitempty"`
+	// Applying is set while an apply is unfinished (its checkpoint is in
+	// the agent's state directory): interrupted, failed part-way, or
+	// stopped by a hold or the rollout's fence. Nil otherwise.
+	Applying *ApplyRecord `json:"applying,omitempty"`
 	// Labels are the keys of the node labels carve wrote, sorted. carve
 	// removes a label outside its own carve.dev/ domain only when it is
 	// listed here, so that labels another component wrote (GPU feature
@@ -92,6 +101,43 @@ type ChangeRecord struct {
 	Slot string `json:"slot,omitempty"`
 }
 
+// InUseRecord is the devices pods hold on the node.
+type InUseRecord struct {
+	// Devices are the GPU and MIG device UUIDs some container holds, by
+	// UUID; empty when none is held.
+	Devices []DeviceInUse `json:"devices"`
+}
+
+// DeviceInUse is one device pods hold.
+type DeviceInUse struct {
+	// UUID is the GPU ("GPU-...") or MIG device ("MIG-...") UUID.
+	UUID string `json:"uuid"`
+	// Pods are the pods that hold it, namespace/name, sorted; a
+	// ResourceClaim that holds it for no pod reads
+	// namespace/resourceclaim/name.
+	Pods []string `json:"pods,omitempty"`
+}
+
+// Holds reports whether the record lists uuid as held.
+func (r *InUseRecord) Holds(uuid string) bool {
+	if r == nil {
+		return false
+	}
+	_, found := slices.BinarySearchFunc(r.Devices, uuid, func(d DeviceInUse, u string) int { return strings.Compare(d.UUID, u) })
+	return found
+}
+
+// ApplyRecord is an unfinished apply, from the agent's checkpoint.
+type ApplyRecord struct {
+	// Profile is the profile the apply realises.
+	Profile string `json:"profile"`
+	// Started is when the apply began, RFC 3339 in UTC.
+	Started string `json:"started"`
+	// OpsDone and Ops count the operations done and planned.
+	OpsDone int `json:"opsDone"`
+	Ops     int `json:"ops"`
+}
+
 // MidChange reports whether the record says the node is mid-change.
 func (r NodeRecord) MidChange() bool { return r.Change != nil }
 
@@ -100,8 +146,12 @@ type GPURecord struct {
 	Index int    `json:"index"`
 	UUID  string `json:"uuid"`
 	Model string `json:"model"`
-	// MIGMode is enabled, disabled or unsupported; PendingMIGMode is
-	// omitted unless it differs.
+	// Product is the name the GPU reports ("NVIDIA H100 80GB HBM3") and
+	// MemoryMiB its memory; both empty in a record an older agent wrote.
+	Product   string `json:"product,omitempty"`
+	MemoryMiB uint64 `json:"memoryMiB,omitempty"`
+	// MIGMode is enabled, disabled or unsupported (the GPU cannot do
+	// MIG); PendingMIGMode is omitted unless it differs.
 	MIGMode        string `json:"migMode"`
 	PendingMIGMode string `json:"pendingMIGMode,omitempty"`
 	// Replicas is how many times the whole GPU is advertised (0 in MIG
@@ -142,6 +192,21 @@ type InstanceRecord struct {
 	// Replicas is how many times the device is advertised (0 when it is
 	// not advertised).
 	Replicas int `json:"replicas,omitempty"`
+	// ComputeInstances are the GPU instance's compute instances, by ID:
+	// one that fills it for a complete instance, none or others for an
+	// incomplete one. A record an older agent wrote has none, and its GPUs
+	// no MemoryMiB.
+	ComputeInstances []ComputeInstanceRecord `json:"computeInstances,omitempty"`
+}
+
+// ComputeInstanceRecord is one compute instance of a MIG instance.
+type ComputeInstanceRecord struct {
+	ID int `json:"id"`
+	// ComputeSlices is how many of the GPU instance's compute slices it
+	// has.
+	ComputeSlices int `json:"computeSlices"`
+	// UUID is its MIG device UUID.
+	UUID string `json:"uuid,omitempty"`
 }
 
 // Encode returns the annotation value: compact JSON, fields in a fixed

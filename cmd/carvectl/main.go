@@ -19,6 +19,8 @@ Usage:
   carvectl validate -f profiles.yaml [--gpus sim:<machine>|nvml]
   carvectl plan     -f profiles.yaml --profile NAME --gpus sim:<machine>|nvml [--from STATE.json]
                     [--sim-latency realistic|DURATION|op=DURATION,...] [-o table|json]
+  carvectl plan     --node NAME [--profile NAME] [--config-map NS/NAME] [--kubeconfig PATH] [-o table|json]
+                    (the plan the node's agent would make now, from its record; nothing on the node is touched)
   carvectl windows  -f profiles.yaml [--node-labels k=v,...] [--from TIME] [--for 7d] [--tz ZONE]
   carvectl status   [--kubeconfig PATH] [--selector k=v] [--config-map NS/NAME] [-o table|json]
                     [-w|--watch]
@@ -104,7 +106,7 @@ func runWith(args []string, stdout, stderr io.Writer, newClient statusClientFunc
 	case "validate":
 		err = runValidate(args[1:], stdout, stderr)
 	case "plan":
-		err = runPlan(args[1:], stdout, stderr)
+		err = runPlan(args[1:], stdout, stderr, newClient)
 	case "windows":
 		err = runWindows(args[1:], stdout, stderr)
 	case "status":

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/desired"
@@ -15,25 +16,36 @@ import (
 	"github.com/carve-dev/carve/partition/gpus"
 )
 
-func runPlan(args []string, stdout, stderr io.Writer) error {
+func runPlan(args []string, stdout, stderr io.Writer, newClient statusClientFunc) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", "profiles file (profiles.yaml)")
-	profile := fs.String("profile", "", "the profile to plan")
+	profile := fs.String("profile", "", "the profile to plan (with --node: default the profile the node's agent selects now)")
 	gpuSpec := fs.String("gpus", "", "the GPUs: sim:<machine> or nvml")
 	from := fs.String("from", "", "plan from this saved simulator state (JSON) instead of a fresh machine")
 	latency := fs.String("sim-latency", "none", "simulated GPUs only: also say how long the operations take at this latency: realistic (as on hardware), a duration per operation (200ms), or op=duration,...")
 	format := fs.String("o", "table", "output: table or json")
+	nodeName := fs.String("node", "", "plan for this node of the cluster, from its carve record and the profile ConfigMap, instead of -f and --gpus")
+	kubeconfig := fs.String("kubeconfig", "", "with --node: kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	configMap := fs.String("config-map", "carve-system/carve-profiles", "with --node: namespace/name of the profile ConfigMap the agents read")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *format != "table" && *format != "json" {
+		return fmt.Errorf("-o %q: want table or json", *format)
+	}
+	if *nodeName != "" {
+		if *file != "" || *gpuSpec != "" || *from != "" || *latency != "none" {
+			return fmt.Errorf("--node plans from the cluster: -f, --gpus, --from and --sim-latency do not apply")
+		}
+		q := nodePlanQuery{node: *nodeName, profile: *profile, configMap: *configMap, format: *format, now: time.Now()}
+		return runPlanNode(q, *kubeconfig, stdout, stderr, newClient)
 	}
 	switch {
 	case *profile == "":
 		return fmt.Errorf("--profile is required")
 	case *gpuSpec == "":
 		return fmt.Errorf("--gpus is required (sim:<machine> or nvml)")
-	case *format != "table" && *format != "json":
-		return fmt.Errorf("-o %q: want table or json", *format)
 	}
 	// With -o json, stdout carries the plan document and nothing else:
 	// problems go to stderr.
@@ -67,11 +79,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	plan, err := want.Plan(node, nil)
 	if err != nil {
-		fmt.Fprintf(report, "profile %s cannot be realised on %s:\n", *profile, *gpuSpec)
-		for line := range strings.SplitSeq(err.Error(), "\n") {
-			fmt.Fprintf(report, "  %s\n", line)
-		}
-		return exitError{1}
+		return reportUnrealisable(report, *profile, *gpuSpec, err)
 	}
 	res, err := want.Resources(node, plan)
 	if err != nil {
@@ -83,7 +91,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	if err := writePlanTable(stdout, out, plan, node); err != nil {
+	if err := writePlanTable(stdout, out, plan, node, nil); err != nil {
 		return err
 	}
 	var ops []partition.Op
@@ -98,7 +106,9 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func writePlanTable(w io.Writer, out carvev1.PlanDocument, plan partition.NodePlan, node partition.Node) error {
+// writePlanTable writes the plan as a table; holders names the pods that
+// hold each device in use, where known (nil otherwise).
+func writePlanTable(w io.Writer, out carvev1.PlanDocument, plan partition.NodePlan, node partition.Node, holders map[string][]string) error {
 	fmt.Fprintf(w, "Profile %q on %s (%s)\n", out.Profile, describeNode(node), out.GPUs)
 	for _, p := range plan.GPUs {
 		fmt.Fprintf(w, "\nGPU %d  %s  %s  MIG %s\n", p.Index, p.Model, p.UUID, modeChange(p))
@@ -113,7 +123,11 @@ func writePlanTable(w io.Writer, out carvev1.PlanDocument, plan partition.NodePl
 			return err
 		}
 		for _, b := range p.Blocked {
-			fmt.Fprintf(w, "  blocked by %s %s: %s\n", b.UUID, b.Profile, b.Reason)
+			held := ""
+			if pods := holders[b.UUID]; len(pods) > 0 {
+				held = " (pods " + strings.Join(pods, ", ") + ")"
+			}
+			fmt.Fprintf(w, "  blocked by %s %s: %s%s\n", b.UUID, b.Profile, b.Reason, held)
 		}
 		ops, verb := p.Ops, "operations"
 		if p.IsBlocked() {

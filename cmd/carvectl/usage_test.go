@@ -46,21 +46,28 @@ func TestUsageListsEverything(t *testing.T) {
 		t.Fatalf("carvectl help: exit %d: %s", code, stderr.String())
 	}
 	usage := stdout.String()
-	lines := map[string]string{}
+	// A command's usage is every line that starts "carvectl COMMAND" and
+	// the indented lines after each.
+	blocks := map[string]string{}
+	cur := ""
 	for line := range strings.SplitSeq(usage, "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[0] == "carvectl" {
-			lines[f[1]] = line
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 1 && f[0] == "carvectl":
+			cur = f[1]
+		case !strings.HasPrefix(line, "    "):
+			cur = ""
+		}
+		if cur != "" {
+			blocks[cur] += line + "\n"
 		}
 	}
 	for _, cmd := range commands {
-		line, ok := lines[cmd[0]]
+		block, ok := blocks[cmd[0]]
 		if !ok {
 			t.Errorf("the usage has no line for carvectl %s", cmd[0])
 			continue
 		}
-		// A command's flags are on its line and the indented lines after it.
-		_, rest, _ := strings.Cut(usage, line)
-		block := line + strings.Split(rest, "\n  carvectl ")[0]
 		for _, name := range commandFlags(t, cmd) {
 			if !mentionsFlag(block, name) {
 				t.Errorf("the usage of carvectl %s lacks its flag --%s", strings.Join(cmd, " "), name)
