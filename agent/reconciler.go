@@ -8,6 +8,7 @@ import (
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
 	"github.com/carve-dev/carve/timeslice"
@@ -39,6 +40,7 @@ var (
 	_ InUseSource = (*plugin.PodResourcesClient)(nil)
 	_ Advertiser  = (*plugin.Manager)(nil)
 	_ GPUResetter = (*plugin.Manager)(nil)
+	_ GPUResetter = (*dra.Driver)(nil)
 )
 
 // Defaults of the Reconciler.

@@ -22,6 +22,7 @@ import (
 	"github.com/carve-dev/carve/internal/buildinfo"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
+	"github.com/carve-dev/carve/xidhealth"
 	"github.com/carve-dev/carve/xidpolicy"
 )
 
@@ -214,14 +215,10 @@ func newKubeletSide(cfg Config) (kubeletSide, error) {
 	}
 	switch cfg.Advertise {
 	case AdvertiseDevicePlugin:
-		health := plugin.HealthOptions{Policy: cfg.XIDPolicy}
-		if cfg.StateDir != "" {
-			health.StateFile = filepath.Join(cfg.StateDir, carvev1.XIDHealthFile)
-		}
 		mgr, err := plugin.New(plugin.Options{
 			DevicePluginDir: cfg.DevicePluginDir, NVML: cfg.GPUs, CDI: cfg.CDI,
 			Registerer: cfg.Registerer, Logger: cfg.Logger, RetryInterval: cfg.PluginRetryInterval,
-			Health: health,
+			Health: healthOptions(cfg),
 		})
 		if err != nil {
 			return kubeletSide{}, fmt.Errorf("device plugin: %w", err)
@@ -231,6 +228,7 @@ func newKubeletSide(cfg Config) (kubeletSide, error) {
 		driver, err := dra.New(dra.Config{
 			Client: cfg.Client, NodeName: cfg.NodeName, KubeletRootDir: cfg.KubeletRootDir,
 			CDIDir: cfg.CDIDir, StateDir: cfg.StateDir, GPUs: cfg.GPUs, Logger: cfg.Logger,
+			Health: healthOptions(cfg),
 		})
 		if err != nil {
 			return kubeletSide{}, err
@@ -238,6 +236,16 @@ func newKubeletSide(cfg Config) (kubeletSide, error) {
 		s.driver, s.devices, s.inUse = driver, driver, claimsInUse{pods: s.inUse, driver: driver}
 	}
 	return s, nil
+}
+
+// healthOptions is the XID watch of the device plugin or the DRA driver:
+// the policy, and the state file that keeps critical XIDs across restarts.
+func healthOptions(cfg Config) xidhealth.Options {
+	h := xidhealth.Options{Policy: cfg.XIDPolicy}
+	if cfg.StateDir != "" {
+		h.StateFile = filepath.Join(cfg.StateDir, carvev1.XIDHealthFile)
+	}
+	return h
 }
 
 // newController builds the Controller with its Reconciler, and the

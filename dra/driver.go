@@ -17,6 +17,7 @@ import (
 
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
+	"github.com/carve-dev/carve/xidhealth"
 )
 
 // DefaultKubeletRootDir is the kubelet's root directory (carve-agent
@@ -45,6 +46,10 @@ type Config struct {
 	// again if someone (the kubelet, at its start) removed or changed it;
 	// default DefaultRepublishInterval.
 	RepublishInterval time.Duration
+	// Health configures the XID watch over GPUs: a device an XID keeps
+	// unhealthy carries the taint TaintXID in the slice, with the effect
+	// its class has in the policy. Without GPUs there is no watch.
+	Health xidhealth.Options
 	// Logger logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -66,6 +71,8 @@ type Driver struct {
 	gpus    []partition.GPU
 	offer   Offer
 	dropped map[string]bool // devices withdrawn since the last Advertise
+	// health keeps the devices XIDs made unhealthy; nil without GPUs.
+	health *xidhealth.Tracker
 }
 
 // New returns a Driver. It loads the prepared claims and removes CDI specs
@@ -96,6 +103,11 @@ func New(cfg Config) (*Driver, error) {
 	d := &Driver{
 		cfg: cfg, cdi: CDI{Dir: cfg.CDIDir}, claims: store, log: cfg.Logger,
 		pub: &Publisher{Client: cfg.Client, Node: cfg.NodeName},
+	}
+	if cfg.GPUs != nil {
+		if d.health, err = xidhealth.New(cfg.GPUs, cfg.Health, xidhealth.Hooks{Changed: d.healthChanged}, cfg.Logger); err != nil {
+			return nil, fmt.Errorf("dra: %w", err)
+		}
 	}
 	gone, err := d.cdi.Sweep(store.has)
 	if err != nil {
@@ -128,7 +140,13 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	d.log.Info("DRA kubelet plugin serving", "driver", DriverName, "kubeletRootDir", d.cfg.KubeletRootDir, "cdiDir", d.cfg.CDIDir)
 	defer helper.Stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.health.Run(ctx)
+	}()
 	d.keepPublished(ctx)
+	<-done
 	return nil
 }
 
@@ -208,6 +226,7 @@ func matches(dev resourceapi.Device, ids []string) bool {
 
 func (d *Driver) publishLocked(ctx context.Context) error {
 	devs := slices.DeleteFunc(slices.Clone(d.offer.Devices), func(dev resourceapi.Device) bool { return d.dropped[dev.Name] })
+	devs = d.taintLocked(devs)
 	if err := d.pub.Publish(ctx, devs); err != nil {
 		return fmt.Errorf("dra: publish ResourceSlice: %w", err)
 	}
@@ -219,8 +238,8 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	d.log.Error("DRA kubelet plugin: "+msg, "err", err)
 }
 
-// WatchHealthStatus is not supported: unhealthy devices are withdrawn
-// from the slice instead.
+// WatchHealthStatus is not supported: a device an XID keeps unhealthy is
+// tainted in the slice instead (TaintXID).
 func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
 	return kubeletplugin.ErrHealthNotSupported
 }

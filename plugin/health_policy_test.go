@@ -13,6 +13,7 @@ import (
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/timeslice"
+	"github.com/carve-dev/carve/xidhealth"
 	"github.com/carve-dev/carve/xidpolicy"
 )
 
@@ -169,7 +170,7 @@ func TestHealthCriticalSurvivesRestart(t *testing.T) {
 	if diff := cmp.Diff(map[string]uint64{}, rebooted.m.Unhealthy()); diff != "" {
 		t.Errorf("unhealthy after a reboot (-want +got):\n%s", diff)
 	}
-	rec, err := readHealthFile(filepath.Join(dir, carvev1.XIDHealthFile))
+	rec, err := xidhealth.ReadStateFile(filepath.Join(dir, carvev1.XIDHealthFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,13 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/carve-dev/carve/timeslice"
-	"github.com/carve-dev/carve/xidpolicy"
+	"github.com/carve-dev/carve/xidhealth"
 )
 
 // AdvertisedDevice is a device as ListAndWatch reports it now.
@@ -40,10 +41,8 @@ type Manager struct {
 	// withdrawn holds device IDs, device UUIDs and GPU UUIDs Withdraw took
 	// out of ListAndWatch until the next Update.
 	withdrawn timeslice.IDSet
-	// sick maps a GPU or MIG device UUID to the last XID that made it
-	// unhealthy; bootID is the node's boot when the Manager started.
-	sick   map[string]sickness
-	bootID string
+	// health keeps the devices XIDs made unhealthy; nil without NVML.
+	health *xidhealth.Tracker
 
 	// token is random per Manager and part of every socket name, so that
 	// no listener takes the path of an earlier Manager's (nextSocket).
@@ -60,16 +59,6 @@ type Manager struct {
 	// watching is closed once Run watches the directory (for tests).
 	watching     chan struct{}
 	watchingOnce sync.Once
-}
-
-// sickness records the last XID that made a device unhealthy: when, on
-// which GPU, and its class (recoverable or critical; a critical XID is
-// never downgraded by a later recoverable one).
-type sickness struct {
-	at    time.Time
-	xid   uint64
-	gpu   string
-	class xidpolicy.Class
 }
 
 // New returns a Manager with no resources. Nothing listens until Update.
@@ -93,14 +82,17 @@ func New(opts Options) (*Manager, error) {
 		topo:      newTopology(o.NVML, o.Logger),
 		servers:   map[string]*server{},
 		withdrawn: timeslice.IDSet{},
-		sick:      map[string]sickness{},
 		token:     token,
 		listeners: map[string]uint64{},
 		kick:      make(chan struct{}, 1),
 		watching:  make(chan struct{}),
 	}
-	if err := m.loadHealth(); err != nil {
-		return nil, err
+	if o.NVML != nil {
+		h, err := xidhealth.New(o.NVML, o.Health, xidhealth.Hooks{Changed: m.refresh, XID: m.countXID}, o.Logger)
+		if err != nil {
+			return nil, err
+		}
+		m.health = h
 	}
 	return m, nil
 }
@@ -190,10 +182,25 @@ func (m *Manager) isWithdrawnLocked(d timeslice.Device) bool {
 }
 
 func (m *Manager) isHealthyLocked(d timeslice.Device) bool {
-	_, gpu := m.sick[d.GPUUUID]
-	_, dev := m.sick[d.UUID]
-	return !gpu && !dev
+	return m.health.Healthy(d.GPUUUID, d.UUID)
 }
+
+// refresh recomputes every server's list, after a change of health.
+func (m *Manager) refresh() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refreshLocked()
+}
+
+// countXID counts an XID event in carve_device_plugin_xid_events_total.
+func (m *Manager) countXID(ignored bool) {
+	m.metrics.xids.WithLabelValues(strconv.FormatBool(!ignored)).Inc()
+}
+
+// GPUReset makes every device of the GPU with the given UUID healthy
+// again: a GPU reset clears what XIDs, critical ones too, did to it. The
+// agent calls it after its own reset of the GPU succeeded.
+func (m *Manager) GPUReset(gpuUUID string) { m.health.GPUReset(gpuUUID) }
 
 // Withdraw takes devices out of ListAndWatch before the agent destroys the
 // GPU instances behind them. Each of ids may be a device ID, a physical
@@ -275,15 +282,7 @@ func (m *Manager) Advertised() map[string][]AdvertisedDevice {
 
 // Unhealthy returns the GPU and MIG device UUIDs an XID keeps unhealthy
 // now, with the last such XID.
-func (m *Manager) Unhealthy() map[string]uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[string]uint64, len(m.sick))
-	for uuid, s := range m.sick {
-		out[uuid] = s.xid
-	}
-	return out
-}
+func (m *Manager) Unhealthy() map[string]uint64 { return m.health.Unhealthy() }
 
 // Stop stops every server and removes their sockets. The Manager serves
 // again after the next Update.
@@ -398,8 +397,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { m.reconcileLoop(ctx) })
-	if m.opts.NVML != nil && !m.opts.Health.Disabled {
-		wg.Go(func() { m.healthLoop(ctx) })
+	if m.health != nil {
+		wg.Go(func() { m.health.Run(ctx) })
 	}
 	kubelet := filepath.Join(m.opts.DevicePluginDir, m.opts.KubeletSocket)
 	for {

@@ -9,7 +9,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/carve-dev/carve/partition"
-	"github.com/carve-dev/carve/xidpolicy"
+	"github.com/carve-dev/carve/xidhealth"
 )
 
 // ReplicaPolicy says how GetPreferredAllocation picks replicas of
@@ -47,41 +47,10 @@ const (
 	// DefaultRetryInterval is how often Run retries registrations that
 	// failed and checks that every server's socket is still in place.
 	DefaultRetryInterval = 5 * time.Second
-	// DefaultHealthPoll bounds one wait for XID events; it is also how
-	// quickly the health loop notices cancellation.
-	DefaultHealthPoll = 500 * time.Millisecond
-	// DefaultHealthMinBackoff and DefaultHealthMaxBackoff bound the wait
-	// before the health loop retries after an NVML error.
-	DefaultHealthMinBackoff = 500 * time.Millisecond
-	DefaultHealthMaxBackoff = 30 * time.Second
 )
 
-// HealthOptions configures the XID health loop.
-type HealthOptions struct {
-	// Disabled turns the health loop off; every device stays Healthy.
-	Disabled bool
-	// Policy says which XIDs are ignored, which make a device unhealthy
-	// for a quiet period, and which (the critical ones) until its GPU is
-	// reset or the node reboots. A zero Policy (nil Ignored) means
-	// xidpolicy.Default().
-	Policy xidpolicy.Policy
-	// StateFile keeps the devices critical XIDs made unhealthy across
-	// restarts of the agent (carvev1.XIDHealth); "" keeps none (for tests:
-	// a restarted Manager then forgets them).
-	StateFile string
-	// BootID returns the node's boot ID; a StateFile of another boot is
-	// stale (the reboot reset every GPU). Default: ReadBootID.
-	BootID func() (string, error)
-	// Poll bounds one EventSet.Wait (default DefaultHealthPoll).
-	Poll time.Duration
-	// MinBackoff and MaxBackoff bound the exponential backoff after NVML
-	// errors (defaults DefaultHealthMinBackoff, DefaultHealthMaxBackoff).
-	MinBackoff, MaxBackoff time.Duration
-	// Now is the health loop's clock: when a critical XID hit a device,
-	// and whether its quiet period has passed; default time.Now. Tests
-	// move it to cross the quiet period at a moment of their choosing.
-	Now func() time.Time
-}
+// HealthOptions configures the XID health watch (package xidhealth).
+type HealthOptions = xidhealth.Options
 
 // Options configures a Manager. The zero value is usable: the kubelet's
 // default directory, no NVML (no topology, no health loop), no metrics.
@@ -144,27 +113,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = DefaultRetryInterval
 	}
-	h := &o.Health
-	if h.Policy.Ignored == nil {
-		h.Policy = xidpolicy.Default()
+	h, err := o.Health.WithDefaults()
+	if err != nil {
+		return o, fmt.Errorf("plugin options: %w", err)
 	}
-	if h.BootID == nil {
-		h.BootID = ReadBootID
-	}
-	if h.Poll <= 0 {
-		h.Poll = DefaultHealthPoll
-	}
-	if h.MinBackoff <= 0 {
-		h.MinBackoff = DefaultHealthMinBackoff
-	}
-	if h.MaxBackoff <= 0 {
-		h.MaxBackoff = DefaultHealthMaxBackoff
-	}
-	if h.Now == nil {
-		h.Now = time.Now
-	}
-	if h.MaxBackoff < h.MinBackoff {
-		return o, fmt.Errorf("plugin options: health max backoff %v below min backoff %v", h.MaxBackoff, h.MinBackoff)
-	}
+	o.Health = h
 	return o, nil
 }

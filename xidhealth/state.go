@@ -1,4 +1,4 @@
-package plugin
+package xidhealth
 
 import (
 	"errors"
@@ -29,25 +29,25 @@ func ReadBootID() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// loadHealth reads the boot ID and, with a StateFile, the devices critical
+// load reads the boot ID and, with a StateFile, the devices critical
 // XIDs made unhealthy before a restart of the agent: they stay unhealthy
 // unless the node rebooted since (another boot ID). A file that cannot be
 // read or decoded is an error: carve cannot tell which devices are
 // unhealthy, and does not guess that none are.
-func (m *Manager) loadHealth() error {
-	h := m.opts.Health
-	if h.Disabled || m.opts.NVML == nil {
+func (t *Tracker) load() error {
+	h := t.opts
+	if h.Disabled || t.lib == nil {
 		return nil
 	}
 	boot, err := h.BootID()
 	if err != nil {
 		return fmt.Errorf("XID health: %w", err)
 	}
-	m.bootID = boot
+	t.bootID = boot
 	if h.StateFile == "" {
 		return nil
 	}
-	rec, err := readHealthFile(h.StateFile)
+	rec, err := ReadStateFile(h.StateFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
@@ -56,23 +56,23 @@ func (m *Manager) loadHealth() error {
 	}
 	if rec.BootID != boot {
 		if len(rec.Devices) > 0 {
-			m.log.Info("the node rebooted since critical XIDs made devices unhealthy; they are healthy again", "devices", len(rec.Devices))
+			t.log.Info("the node rebooted since critical XIDs made devices unhealthy; they are healthy again", "devices", len(rec.Devices))
 		}
-		m.saveHealthLocked()
+		t.saveLocked()
 		return nil
 	}
 	for _, d := range rec.Devices {
-		m.sick[d.UUID] = sickness{at: d.At, xid: d.XID, gpu: d.GPU, class: xidpolicy.Critical}
+		t.sick[d.UUID] = Sick{UUID: d.UUID, GPU: d.GPU, XID: d.XID, At: d.At, Class: xidpolicy.Critical}
 	}
 	if len(rec.Devices) > 0 {
-		m.log.Warn("devices critical XIDs made unhealthy before the agent restarted stay unhealthy until their GPU is reset or the node reboots", "devices", len(rec.Devices))
+		t.log.Warn("devices critical XIDs made unhealthy before the agent restarted stay unhealthy until their GPU is reset or the node reboots", "devices", len(rec.Devices))
 	}
 	return nil
 }
 
-// readHealthFile reads and decodes the XID health file, at most
+// ReadStateFile reads and decodes the XID health file, at most
 // maxHealthFile bytes.
-func readHealthFile(path string) (carvev1.XIDHealth, error) {
+func ReadStateFile(path string) (carvev1.XIDHealth, error) {
 	f, err := os.Open(path) //nolint:gosec // the agent's own state file
 	if err != nil {
 		return carvev1.XIDHealth{}, err
@@ -92,18 +92,18 @@ func readHealthFile(path string) (carvev1.XIDHealth, error) {
 	return rec, nil
 }
 
-// saveHealthLocked writes the devices critical XIDs keep unhealthy to the
-// StateFile; m.mu is held (or the Manager not yet shared). A failed write
+// saveLocked writes the devices critical XIDs keep unhealthy to the
+// StateFile; t.mu is held (or the Tracker not yet shared). A failed write
 // is logged: the devices stay unhealthy in this process either way.
-func (m *Manager) saveHealthLocked() {
-	path := m.opts.Health.StateFile
+func (t *Tracker) saveLocked() {
+	path := t.opts.StateFile
 	if path == "" {
 		return
 	}
-	rec := carvev1.XIDHealth{BootID: m.bootID}
-	for u, s := range m.sick {
-		if s.class == xidpolicy.Critical {
-			rec.Devices = append(rec.Devices, carvev1.XIDUnhealthy{UUID: u, GPU: s.gpu, XID: s.xid, At: s.at.UTC()})
+	rec := carvev1.XIDHealth{BootID: t.bootID}
+	for u, s := range t.sick {
+		if s.Class == xidpolicy.Critical {
+			rec.Devices = append(rec.Devices, carvev1.XIDUnhealthy{UUID: u, GPU: s.GPU, XID: s.XID, At: s.At.UTC()})
 		}
 	}
 	slices.SortFunc(rec.Devices, func(a, b carvev1.XIDUnhealthy) int { return strings.Compare(a.UUID, b.UUID) })
@@ -112,6 +112,6 @@ func (m *Manager) saveHealthLocked() {
 		err = atomicfile.Write(path, b, 0o600)
 	}
 	if err != nil {
-		m.log.Error("cannot save the devices critical XIDs made unhealthy; a restarted agent would forget them", "file", path, "err", err)
+		t.log.Error("cannot save the devices critical XIDs made unhealthy; a restarted agent would forget them", "file", path, "err", err)
 	}
 }
