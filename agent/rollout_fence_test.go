@@ -19,6 +19,7 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/internal/apitest"
+	"github.com/carve-dev/carve/internal/testclock"
 	"github.com/carve-dev/carve/rollout"
 )
 
@@ -47,14 +48,14 @@ type fleet struct {
 	t      *testing.T
 	cs     kubernetes.Interface
 	strict *apitest.Strict
-	wall   *fakeClock
-	mono   *fakeClock
+	wall   *testclock.Clock
+	mono   *testclock.Clock
 }
 
 func newFleet(t *testing.T, names ...string) *fleet {
 	t.Helper()
 	cs, strict := apitest.NewStrict(nodes(names...)...)
-	f := &fleet{t: t, cs: cs, strict: strict, wall: &fakeClock{t: time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)}, mono: &fakeClock{t: time.Unix(1000, 0)}}
+	f := &fleet{t: t, cs: cs, strict: strict, wall: testclock.New(time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)), mono: testclock.New(time.Unix(1000, 0))}
 	t.Cleanup(func() {
 		if u := strict.Unconditional(); len(u) > 0 {
 			t.Errorf("writes without a resourceVersion: %v", u)

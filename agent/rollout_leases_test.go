@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,33 +16,16 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/internal/apitest"
+	"github.com/carve-dev/carve/internal/testclock"
 	"github.com/carve-dev/carve/rollout"
 )
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // TestLeaseRollout plays three agents over one fake API server: one slot
 // at a time, handed on by release and by expiry, and the failure budget
 // spent by one node and reset by its success or a new revision.
 func TestLeaseRollout(t *testing.T) {
 	cs, strict := apitest.NewStrict(nodes("gpu-a", "gpu-b", "gpu-c")...)
-	clock := &fakeClock{t: time.Date(2026, 11, 24, 20, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2026, 11, 24, 20, 0, 0, 0, time.UTC))
 	agent := func(node string) *LeaseRollout {
 		return &LeaseRollout{Client: cs, Namespace: "carve-system", ConfigMap: "carve-profiles", Node: node,
 			SlotDuration: 15 * time.Second, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler)}
@@ -157,7 +139,7 @@ func TestLeaseRolloutMembers(t *testing.T) {
 		memberNode(t, "other-file", "carve-system/other-profiles"), memberNode(t, "no-record", ""),
 	}
 	cs, _ := apitest.NewStrict(objs...)
-	clock := &fakeClock{t: time.Now()}
+	clock := testclock.New(time.Now())
 	ctx := t.Context()
 	agents := map[string]*LeaseRollout{}
 	for _, n := range []string{"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e"} {

@@ -3,12 +3,12 @@ package dra
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/carve-dev/carve/internal/testclock"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/xidhealth"
@@ -35,7 +35,7 @@ func TestXIDTaints(t *testing.T) {
 	policy := xidpolicy.Default()
 	policy.Recoverable, policy.Quiet = []uint64{48}, time.Hour
 	policy.RecoverableTaint, policy.CriticalTaint = xidpolicy.NoSchedule, xidpolicy.NoExecute
-	now := &fakeNow{t: time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)}
+	now := testclock.New(time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC))
 	cs := newFake()
 	d, err := New(Config{Client: cs, NodeName: node, CDIDir: t.TempDir(), GPUs: m, Logger: slog.New(slog.DiscardHandler),
 		Health: xidhealth.Options{Policy: policy, Poll: 10 * time.Millisecond, Now: now.Now, BootID: func() (string, error) { return "b", nil }}})
@@ -88,22 +88,4 @@ func TestXIDTaints(t *testing.T) {
 	waitTaints("GPU 0 reset", map[string]string{"gpu-1": TaintXID + "=48:NoSchedule"})
 	now.Add(time.Hour)
 	waitTaints("GPU 1's quiet period over", map[string]string{})
-}
-
-// fakeNow is a clock the test moves.
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeNow) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeNow) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }

@@ -22,6 +22,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/internal/testclock"
 	"github.com/carve-dev/carve/rollout"
 )
 
@@ -50,24 +51,6 @@ func (b *syncBuffer) lines() []string {
 		return strings.Split(s[:i], "\n")
 	}
 	return nil
-}
-
-// testClock is a clock the test sets.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
 }
 
 // watchEnv is a fake API server whose node watches a test can break.
@@ -363,9 +346,9 @@ func TestStatusWatchTerminal(t *testing.T) {
 	if _, err := e.cs.CoordinationV1().Leases("carve-system").Create(ctx, slotLease("gpu-a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	clock := &testClock{t: watchNow}
+	clock := testclock.New(watchNow)
 	q := statusQuery{output: "table", namespace: "carve-system", configMap: "carve-profiles"}
-	run := startWatch(t, e.cs, q, watchOptions{terminal: true, now: clock.now, redrawEvery: redrawEvery, rolloutEvery: time.Hour})
+	run := startWatch(t, e.cs, q, watchOptions{terminal: true, now: clock.Now, redrawEvery: redrawEvery, rolloutEvery: time.Hour})
 	rolloutLine := "Rollout of carve-system/carve-profiles (revision " + rev + "; maxUnavailable 1, maxFailures 1): 0 nodes"
 	first := frame(
 		"2 nodes: 1 pending, 1 success (last change 20:00:00)",
@@ -378,7 +361,7 @@ func TestStatusWatchTerminal(t *testing.T) {
 		"  slot "+rollout.SlotName("carve-profiles", 0)+": gpu-a, for 1m5s",
 	)
 	waitFor(t, "the first frame", func() bool { return run.out.String() == first })
-	clock.set(watchNow.Add(7 * time.Second))
+	clock.Set(watchNow.Add(7 * time.Second))
 	e.setNode(t, "gpu-b", setState(carvev1.StateDraining))
 	second := frame(
 		"2 nodes: 1 draining, 1 success (last change 20:00:07)",

@@ -11,25 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/carve-dev/carve/internal/testclock"
 )
-
-// fakeClock is a time source the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // lockedBuffer is a log that tests read while the progress writes to it.
 type lockedBuffer struct {
@@ -50,7 +34,7 @@ func (l *lockedBuffer) String() string {
 }
 
 func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var log strings.Builder
 	p := newBuildProgress(&log, clock.Now, "Kubernetes "+DefaultKubernetesVersion, map[string]string{
 		"k8s.io/kubernetes/cmd/kubectl": "kubectl",
@@ -72,7 +56,7 @@ func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 		}
 	}
 	write("go: downloading k8s.io/api v0.34.4\ngo: downloading k8s.io/apimachinery v0.34.4\n")
-	clock.advance(5 * time.Second)
+	clock.Add(5 * time.Second)
 	if got, want := status(), "  still building Kubernetes "+DefaultKubernetesVersion+": 5s, 2 modules downloaded"; got != want {
 		t.Errorf("status while downloading = %q, want %q", got, want)
 	}
@@ -82,7 +66,7 @@ func TestBuildProgressFollowsGoBuildOutput(t *testing.T) {
 		t.Errorf("compiled = %d after one complete line, want 1", compiled)
 	}
 	write("ime\n# k8s.io/some/cgo\nwarning.c:1:2: warning: something [-Wfoo]\n    1 | x\n")
-	clock.advance(90 * time.Second)
+	clock.Add(90 * time.Second)
 	write("k8s.io/kubernetes/cmd/kubectl\n")
 	p.setTotal(10)
 	if got, want := status(), "  still building Kubernetes "+DefaultKubernetesVersion+": 1m35s, 3 of 10 packages compiled, 30% (latest k8s.io/kubernetes/cmd/kubectl)"; got != want {
@@ -121,7 +105,7 @@ func TestBuildProgressKeepsTheTail(t *testing.T) {
 }
 
 func TestBuildProgressHeartbeat(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	log := &lockedBuffer{}
 	p := newBuildProgress(log, clock.Now, "Kubernetes "+DefaultKubernetesVersion, nil)
 	tick := make(chan time.Time)
@@ -132,10 +116,10 @@ func TestBuildProgressHeartbeat(t *testing.T) {
 		p.heartbeat(tick, stop)
 	}()
 	_, _ = p.Write([]byte("fmt\n"))
-	clock.advance(20 * time.Second)
+	clock.Add(20 * time.Second)
 	tick <- clock.Now()
 	_, _ = p.Write([]byte("os\n"))
-	clock.advance(20 * time.Second)
+	clock.Add(20 * time.Second)
 	tick <- clock.Now()
 	close(stop)
 	<-done
