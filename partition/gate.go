@@ -39,6 +39,14 @@ var _ NVML = (*Gate)(nil)
 // NewGate returns a Gate over lib, which must be initialised.
 func NewGate(lib NVML) *Gate { return &Gate{lib: lib, sets: map[*gatedEvents]bool{}} }
 
+// NewReleasedGate returns a Gate over lib, which could not be initialised:
+// released, until Reacquire initialises lib.
+func NewReleasedGate(lib NVML) *Gate {
+	g := NewGate(lib)
+	g.released = true
+	return g
+}
+
 // Released reports whether the Gate has let go of the driver.
 func (g *Gate) Released() bool {
 	g.mu.RLock()
