@@ -30,7 +30,7 @@ var _ DriverGate = (*partition.Gate)(nil)
 // driverRetryFirst and driverRetryLongest bound the wait between two tries to
 // open the driver again once its upgrade is over by its label.
 const (
-	driverRetryFirst = time.Second
+	driverRetryFirst   = time.Second
 	driverRetryLongest = 30 * time.Second
 )
 
