@@ -24,7 +24,11 @@ func (m *Manager) healthLoop(ctx context.Context) {
 		if worked {
 			backoff = h.MinBackoff
 		}
-		m.log.Error("XID health watch failed; retrying", "err", err, "backoff", backoff)
+		if errors.Is(err, partition.ErrReleased) {
+			m.log.Info("XID health watch paused: the GPU driver is being replaced", "retryIn", backoff)
+		} else {
+			m.log.Error("XID health watch failed; retrying", "err", err, "backoff", backoff)
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
