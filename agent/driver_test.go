@@ -130,3 +130,36 @@ func TestDriverUpgradeStepsAsideAndComesBack(t *testing.T) {
 		t.Errorf("advertised after the upgrade (-before +after):\n%s", diff)
 	}
 }
+
+// An agent restarted while the driver is away starts with its GPUs behind
+// a released Gate, and realises the profile once the driver is back; the
+// record of the upgrade marks its GPUs as lost partitions.
+func TestDriverUpgradeAcrossAnAgentRestart(t *testing.T) {
+	h, _, f := onBalanced(t)
+	onGate(h)
+	want := layout(h.gpus())
+	h.upgrade(carvev1.DriverPodRestartRequired)
+	h.reconcile(f, nil, "balanced")
+	if err := h.m.UnloadDriver(); err != nil {
+		t.Fatal(err)
+	}
+
+	h.r = h.newReconciler() // the agent restarts, without a driver
+	g := partition.NewReleasedGate(h.m)
+	h.r.Lib, h.r.Driver = g, g
+	checkAway(t, h, g, h.reconcile(f, nil, "balanced"), "pod-restart-required")
+
+	if err := h.m.LoadDriver(); err != nil {
+		t.Fatal(err)
+	}
+	h.upgrade(carvev1.DriverUpgradeDone)
+	res := h.reconcile(f, nil, "balanced")
+	if res.State != carvev1.StateSuccess || layout(h.gpus()) != want {
+		t.Fatalf("driver back after a restart: state %s (%v), layout %s; want success with %s", res.State, res.Err, layout(h.gpus()), want)
+	}
+	for _, gr := range res.Annotation.GPUs {
+		if gr.NotAdvertised != "" {
+			t.Errorf("record GPU %d: notAdvertised %q after the profile is realised again", gr.Index, gr.NotAdvertised)
+		}
+	}
+}
