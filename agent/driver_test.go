@@ -163,3 +163,30 @@ func TestDriverUpgradeAcrossAnAgentRestart(t *testing.T) {
 		}
 	}
 }
+
+// A held node steps aside too; with the driver back it changes nothing
+// while held, and its GPUs, which lost their instances, advertise nothing
+// until the hold is removed.
+func TestDriverUpgradeOnAHeldNode(t *testing.T) {
+	h, _, f := onBalanced(t)
+	g := onGate(h)
+	want := layout(h.gpus())
+	h.hold(true)
+	h.upgrade(carvev1.DriverPodRestartRequired)
+	checkAway(t, h, g, h.reconcile(f, nil, "balanced"), "pod-restart-required")
+	if err := h.m.UnloadDriver(); err != nil {
+		t.Fatalf("unload on a held node: %v", err)
+	}
+	if err := h.m.LoadDriver(); err != nil {
+		t.Fatal(err)
+	}
+	h.upgrade(carvev1.DriverUpgradeDone)
+	res := h.reconcile(f, nil, "balanced")
+	if res.State != carvev1.StateHeld || len(h.mutations()) != 0 || len(h.adv.counts()) != 0 {
+		t.Fatalf("held, driver back: state %s, ops %v, advertised %v; want held, none, nothing", res.State, h.mutations(), h.adv.counts())
+	}
+	h.hold(false)
+	if res = h.reconcile(f, nil, "balanced"); res.State != carvev1.StateSuccess || layout(h.gpus()) != want || len(h.adv.counts()) == 0 {
+		t.Fatalf("hold removed: state %s (%v), layout %s, advertised %v; want success with %s", res.State, res.Err, layout(h.gpus()), h.adv.counts(), want)
+	}
+}
