@@ -7,8 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
 )
@@ -117,4 +119,52 @@ func waitRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, what stri
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDriverUpgradeDRA: the same upgrade with carve as a DRA driver, run
+// as the carve-agent ServiceAccount under configs/deploy/dra's RBAC and
+// admission policies: the node's ResourceSlice lists no device while the
+// driver is away, the unload succeeds, and once the driver is back the
+// slice lists the simulator's devices again with a higher generation.
+func TestDriverUpgradeDRA(t *testing.T) {
+	c := suite.Cluster(t)
+	freshNode(t, c)
+	e := &draEnv{t: t, ctx: testCtx(t, 10*time.Minute), c: c, cs: c.Clientset(), m: newSim(t, "h100-80gb*2"), state: t.TempDir()}
+	e.create(anySlice(draClasses())...)
+	e.agent = e.agentClient()
+	if err := harness.ApplyProfiles(e.ctx, e.cs, deployNS, profilesCM, draProfiles); err != nil {
+		t.Fatal(err)
+	}
+	e.startAgent()
+	waitState(e.ctx, t, c, carvev1.StateSuccess, "small")
+	e.waitSlice(0)
+
+	upgradeState(e.ctx, t, c, carvev1.DriverPodRestartRequired)
+	waitState(e.ctx, t, c, carvev1.StateDriverUpgrade, "small")
+	var gen int64
+	err := harness.Poll(e.ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := e.cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + dra.DriverName})
+		if err != nil {
+			return false, harness.Retry(err)
+		}
+		for _, s := range l.Items {
+			if len(s.Spec.Devices) > 0 {
+				return false, nil
+			}
+			gen = max(gen, s.Spec.Pool.Generation)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("ResourceSlice devices with the driver away: %v", err)
+	}
+	if err := e.m.UnloadDriver(); err != nil {
+		t.Fatalf("driver unload with the node in %s: %v", carvev1.StateDriverUpgrade, err)
+	}
+	if err := e.m.LoadDriver(); err != nil {
+		t.Fatal(err)
+	}
+	upgradeState(e.ctx, t, c, carvev1.DriverUpgradeDone)
+	waitState(e.ctx, t, c, carvev1.StateSuccess, "small")
+	e.waitSlice(gen)
 }
