@@ -82,6 +82,10 @@ type pass struct {
 // left unfinished, then it reads the GPUs.
 func (r *Reconciler) begin(ctx context.Context, in Input) (*pass, error) {
 	p := &pass{r: r, ctx: ctx, in: in, log: r.logger(), sel: noSelection()}
+	if r.driverBack != nil {
+		p.events = append(p.events, *r.driverBack)
+		r.driverBack = nil
+	}
 	if !r.started {
 		r.started = true
 		p.resume()

@@ -215,6 +215,10 @@ type Reconciler struct {
 	// under way stops it there; nil leaves the hold to the labels each pass
 	// starts from.
 	Hold func() bool
+	// Driver lets go of the GPU driver while it is replaced
+	// (nvidia.com/gpu-driver-upgrade-state) and takes it back after; nil
+	// never lets go.
+	Driver DriverGate
 
 	started bool
 	// intent is true while a checkpoint may be on disk: one found at start
@@ -243,6 +247,11 @@ type Reconciler struct {
 	// held: the last pass found the node held, so that the next one that
 	// does not reports the hold lifted.
 	held bool
+	// driverRetry is the wait before the next try to open a driver that
+	// is not back yet; driverBack is the Event of a driver opened again,
+	// for the pass that follows.
+	driverRetry time.Duration
+	driverBack  *Event
 }
 
 // haltedRevision records whether the failure budget of a revision of the
@@ -285,6 +294,9 @@ type drainState struct {
 // cannot be learnt or devices cannot be withdrawn; the caller retries with
 // backoff.
 func (r *Reconciler) Reconcile(ctx context.Context, in Input) (Result, error) {
+	if res, done := r.driverAway(ctx, in); done {
+		return res, nil
+	}
 	p, err := r.begin(ctx, in)
 	if err != nil {
 		return Result{}, err

@@ -36,7 +36,11 @@ type Config struct {
 	// ConfigMapNamespace and ConfigMapName name the profile ConfigMap
 	// (required).
 	ConfigMapNamespace, ConfigMapName string
-	// GPUs is the NVML, real or simulated, already initialised (required).
+	// GPUs is the NVML, real or simulated, already initialised, or a
+	// *partition.Gate over it, released when the driver could not be
+	// opened at start (required). The agent reaches NVML through a Gate
+	// only, which it releases while the driver is replaced
+	// (nvidia.com/gpu-driver-upgrade-state).
 	GPUs partition.NVML
 	// Advertise says how the devices carve makes reach the kubelet:
 	// AdvertiseDevicePlugin (carve's own device-plugin servers; "" means
@@ -135,6 +139,11 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	cfg = withDefaults(cfg)
+	gate, ok := cfg.GPUs.(*partition.Gate)
+	if !ok {
+		gate = partition.NewGate(cfg.GPUs)
+		cfg.GPUs = gate
+	}
 	side, err := newKubeletSide(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -146,6 +155,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	ctrl, ro := newController(cfg, side, metrics)
+	ctrl.Reconciler.Driver = gate
 	metrics.watch(ctrl.Ready, advertisedOf(side.plugin))
 	return &Agent{cfg: cfg, ctrl: ctrl, plugin: side.plugin, driver: side.driver, rollout: ro}, nil
 }

@@ -276,4 +276,7 @@ var (
 	ErrTimeout = errors.New("timeout")
 	// ErrUninitialized means Init was not called.
 	ErrUninitialized = errors.New("NVML not initialized")
+	// ErrDriverNotLoaded means the GPU driver is not loaded, as while it
+	// is being replaced.
+	ErrDriverNotLoaded = errors.New("driver not loaded")
 )

@@ -203,7 +203,11 @@ func (t *Tracker) Run(ctx context.Context) {
 		if worked {
 			backoff = t.opts.MinBackoff
 		}
-		t.log.Error("XID health watch failed; retrying", "err", err, "backoff", backoff)
+		if errors.Is(err, partition.ErrReleased) {
+			t.log.Info("XID health watch paused: the GPU driver is being replaced", "retryIn", backoff)
+		} else {
+			t.log.Error("XID health watch failed; retrying", "err", err, "backoff", backoff)
+		}
 		timer := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

@@ -85,4 +85,14 @@ const (
 	// ReasonHoldIgnored (Warning): carve.dev/hold has a value other than
 	// "true", which holds nothing.
 	ReasonHoldIgnored = "HoldIgnored"
+	// ReasonDriverUpgrade (Normal): the GPU driver is being replaced
+	// (nvidia.com/gpu-driver-upgrade-state): the agent closed its GPU
+	// handles and advertises nothing until the driver is back.
+	ReasonDriverUpgrade = "DriverUpgrade"
+	// ReasonDriverBack (Normal): the driver is loaded again after an
+	// upgrade; the agent realises the profile in force again.
+	ReasonDriverBack = "DriverBack"
+	// ReasonDriverNotLoaded (Warning): the driver upgrade is over by its
+	// label, but the driver cannot be opened yet; the agent retries.
+	ReasonDriverNotLoaded = "DriverNotLoaded"
 )

@@ -85,7 +85,48 @@ const (
 	// as the GPU Operator's MIG manager writes it: the operand's DaemonSet
 	// no longer selects the node, so its pod leaves and releases the GPUs.
 	OperandPaused = "paused-for-mig-change"
+
+	// LabelDriverUpgrade is the label with which the driver upgrade
+	// controller of NVIDIA's GPU Operator tracks a node through an upgrade
+	// of its containerized driver (the DriverUpgrade values). carve reads
+	// it and never writes it: while it says the driver is being replaced
+	// (DriverReplacing) the agent holds no GPU handle and advertises
+	// nothing (StateDriverUpgrade).
+	LabelDriverUpgrade = "nvidia.com/gpu-driver-upgrade-state"
 )
+
+// Values of LabelDriverUpgrade, in the order the upgrade controller moves a
+// node through them; DriverUpgradeFailed may follow any of them.
+const (
+	DriverUpgradeRequired         = "upgrade-required"
+	DriverCordonRequired          = "cordon-required"
+	DriverWaitForJobsRequired     = "wait-for-jobs-required"
+	DriverPodDeletionRequired     = "pod-deletion-required"
+	DriverDrainRequired           = "drain-required"
+	DriverNodeMaintenanceRequired = "node-maintenance-required"
+	DriverPostMaintenanceRequired = "post-maintenance-required"
+	DriverPodRestartRequired      = "pod-restart-required"
+	DriverValidationRequired      = "validation-required"
+	DriverUncordonRequired        = "uncordon-required"
+	DriverUpgradeDone             = "upgrade-done"
+	DriverUpgradeFailed           = "upgrade-failed"
+)
+
+// DriverReplacing reports whether node labels say the driver is being
+// replaced: LabelDriverUpgrade is one of the values from the deletion of
+// the GPU pods to the restart of the driver pod, in which the old driver
+// is unloaded and the new one loaded. From validation-required on the new
+// driver is loaded and validated (the validation needs the devices
+// advertised again); before pod-deletion-required pods still run on the
+// GPUs. upgrade-failed, an unknown value or none is not a replacement: the
+// agent uses the driver if it can open it.
+func DriverReplacing(labels map[string]string) bool {
+	switch labels[LabelDriverUpgrade] {
+	case DriverPodDeletionRequired, DriverDrainRequired, DriverNodeMaintenanceRequired, DriverPostMaintenanceRequired, DriverPodRestartRequired:
+		return true
+	}
+	return false
+}
 
 // Held reports whether node labels hold the node (LabelHold is HoldTrue),
 // and whether LabelHold is set to another value, which holds nothing.

@@ -165,7 +165,8 @@ type GPURecord struct {
 	// Instances are the MIG instances, by placement.
 	Instances []InstanceRecord `json:"instances,omitempty"`
 	// NotAdvertised says why none of the GPU's devices is advertised
-	// (NotAdvertisedLost, NotAdvertisedNew), "" while the GPU is
+	// (NotAdvertisedLost, NotAdvertisedNew, NotAdvertisedDriverUpgrade),
+	// "" while the GPU is
 	// advertised as usual. Such a GPU waits for the profile in force to be
 	// realised on it; an agent that starts and finds this set keeps the
 	// GPU unadvertised until then.
@@ -180,6 +181,11 @@ const (
 	// NotAdvertisedNew: no node record listed the GPU (a new node, or a
 	// replaced GPU) and it does not hold the profile in force's layout.
 	NotAdvertisedNew = "not yet partitioned"
+	// NotAdvertisedDriverUpgrade: the driver is being replaced
+	// (LabelDriverUpgrade); a reload loses the MIG instances as a reboot
+	// does, so an agent that starts and finds it treats the GPU as
+	// NotAdvertisedLost.
+	NotAdvertisedDriverUpgrade = "driver upgrade"
 )
 
 // InstanceRecord is one MIG instance in the NodeRecord.
@@ -283,9 +289,10 @@ func Owns(rec *NodeRecord, key string) bool {
 // MayWrite reports whether carve may write the label key at all: a key in
 // its carve.dev/ domain other than LabelProfile and LabelHold, which an
 // operator sets, or a GPU key in the nvidia.com/ domain other than
-// LabelMIGManagerConfig, which an operator sets too.
+// LabelMIGManagerConfig, which an operator sets too, and
+// LabelDriverUpgrade, which the GPU Operator's upgrade controller sets.
 func MayWrite(key string) bool {
-	if key == LabelProfile || key == LabelHold || key == LabelMIGManagerConfig {
+	if key == LabelProfile || key == LabelHold || key == LabelMIGManagerConfig || key == LabelDriverUpgrade {
 		return false
 	}
 	return strings.HasPrefix(key, CarvePrefix) || strings.HasPrefix(key, vendorPrefix)

@@ -25,12 +25,18 @@ const (
 	// observes only; the node record's Selected and Waiting say what it
 	// would change.
 	StateHeld = "held"
+	// StateDriverUpgrade: the GPU driver is being replaced
+	// (LabelDriverUpgrade says so), or is not loaded again yet: the agent
+	// holds no GPU handle, advertises nothing and changes nothing; once
+	// the driver is back it realises the profile in force again, as after
+	// a reboot.
+	StateDriverUpgrade = "driver-upgrade"
 )
 
 // States returns every state, in the order of the constants above: the
 // values carve.dev/state and the state label of carve_agent_state take.
 func States() []string {
-	return []string{StateSuccess, StateAdopted, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired, StateHeld}
+	return []string{StateSuccess, StateAdopted, StatePending, StateDraining, StateApplying, StateFailed, StateRebootRequired, StateHeld, StateDriverUpgrade}
 }
 
 // MIG manager states: the values NVIDIA's MIG manager writes to
@@ -44,8 +50,9 @@ const (
 
 // MIGManagerState maps a carve state to the MIG manager state that means
 // the most nearly the same for automation that waits on it: success and
-// failed as they are; adopted is success (nothing is on its way); pending, draining and applying are pending (a
-// change is on its way); reboot-required is rebooting (the change
+// failed as they are; adopted is success (nothing is on its way); pending,
+// draining, applying, held and driver-upgrade are pending (a change is on
+// its way); reboot-required is rebooting (the change
 // continues once the node has restarted, though carve itself never
 // reboots a node). Unknown states map to "".
 func MIGManagerState(state string) string {
@@ -54,7 +61,7 @@ func MIGManagerState(state string) string {
 		return MIGManagerSuccess
 	case StateFailed:
 		return MIGManagerFailed
-	case StatePending, StateDraining, StateApplying, StateHeld:
+	case StatePending, StateDraining, StateApplying, StateHeld, StateDriverUpgrade:
 		return MIGManagerPending
 	case StateRebootRequired:
 		return MIGManagerRebooting
@@ -64,15 +71,17 @@ func MIGManagerState(state string) string {
 
 // StateRank orders the states by how much attention they need, so that
 // the worst of several findings is the node's state: reboot-required >
-// failed > held > draining > pending > applying > success and adopted (and
+// failed > driver-upgrade > held > draining > pending > applying > success and adopted (and
 // unknown values). A hold outranks the states of a change under way, which
 // it stops; a rejected file or an unrealisable profile still shows as
 // failed on a held node.
 func StateRank(s string) int {
 	switch s {
 	case StateRebootRequired:
-		return 6
+		return 7
 	case StateFailed:
+		return 6
+	case StateDriverUpgrade:
 		return 5
 	case StateHeld:
 		return 4

@@ -135,7 +135,7 @@ func TestMIGManagerState(t *testing.T) {
 	}
 	want := map[string]string{
 		StateSuccess: "success", StateAdopted: "success", StatePending: "pending", StateDraining: "pending", StateApplying: "pending",
-		StateFailed: "failed", StateRebootRequired: "rebooting", StateHeld: "pending", "other": "",
+		StateFailed: "failed", StateRebootRequired: "rebooting", StateHeld: "pending", StateDriverUpgrade: "pending", "other": "",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("MIGManagerState (-want +got):\n%s", diff)
@@ -159,6 +159,7 @@ func TestOwnsAndMayWrite(t *testing.T) {
 		{LabelProfile, false, false},          // the operator's pin
 		{LabelHold, false, false},             // the operator's hold
 		{LabelMIGManagerConfig, false, false}, // the operator's, with --profile-label
+		{LabelDriverUpgrade, false, false},    // the GPU Operator's upgrade controller's
 		{LabelMIGManagerState, false, true},
 		{"kubernetes.io/hostname", false, false},
 		{"pool", false, false},
@@ -212,6 +213,43 @@ func TestStateRankOfHeld(t *testing.T) {
 		if StateRank(StateHeld) >= StateRank(s) {
 			t.Errorf("held ranks %d, not below %s (%d)", StateRank(StateHeld), s, StateRank(s))
 		}
+	}
+}
+
+// A driver being replaced outranks a hold and the states of a change, not
+// a failure.
+func TestStateRankOfDriverUpgrade(t *testing.T) {
+	for _, s := range []string{StateSuccess, StateApplying, StatePending, StateDraining, StateHeld} {
+		if StateRank(StateDriverUpgrade) <= StateRank(s) {
+			t.Errorf("driver-upgrade ranks %d, not above %s (%d)", StateRank(StateDriverUpgrade), s, StateRank(s))
+		}
+	}
+	for _, s := range []string{StateFailed, StateRebootRequired} {
+		if StateRank(StateDriverUpgrade) >= StateRank(s) {
+			t.Errorf("driver-upgrade ranks %d, not below %s (%d)", StateRank(StateDriverUpgrade), s, StateRank(s))
+		}
+	}
+}
+
+// The driver is being replaced from the deletion of the GPU pods to the
+// restart of the driver pod, and at no other value of the label.
+func TestDriverReplacing(t *testing.T) {
+	got := map[string]bool{}
+	for _, v := range []string{"", DriverUpgradeRequired, DriverCordonRequired, DriverWaitForJobsRequired, DriverPodDeletionRequired,
+		DriverDrainRequired, DriverNodeMaintenanceRequired, DriverPostMaintenanceRequired, DriverPodRestartRequired,
+		DriverValidationRequired, DriverUncordonRequired, DriverUpgradeDone, DriverUpgradeFailed, "something-new"} {
+		got[v] = DriverReplacing(map[string]string{LabelDriverUpgrade: v})
+	}
+	got["(no label)"] = DriverReplacing(nil)
+	want := map[string]bool{
+		"": false, DriverUpgradeRequired: false, DriverCordonRequired: false, DriverWaitForJobsRequired: false,
+		DriverPodDeletionRequired: true, DriverDrainRequired: true, DriverNodeMaintenanceRequired: true,
+		DriverPostMaintenanceRequired: true, DriverPodRestartRequired: true,
+		DriverValidationRequired: false, DriverUncordonRequired: false, DriverUpgradeDone: false, DriverUpgradeFailed: false,
+		"something-new": false, "(no label)": false,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("DriverReplacing (-want +got):\n%s", diff)
 	}
 }
 

@@ -219,16 +219,27 @@ func (o options) gpuOptions() gpus.Options {
 	return gpus.Options{SimState: o.simState, SimLatency: o.simLatency}
 }
 
-// openGPUs opens and initialises the GPUs --gpus names.
-func openGPUs(spec string, opts gpus.Options) (partition.NVML, error) {
-	lib, err := gpus.Open(spec, opts)
+// openGPUs opens and initialises the GPUs --gpus names. It returns them
+// twice: as opened, and as the agent is to use them. Where the driver
+// cannot be opened because it is not loaded, or its library is missing (as
+// while NVIDIA's GPU Operator replaces a containerized driver), the second
+// is a released partition.Gate: the agent starts, advertises nothing, and
+// opens the GPUs once the driver is there, instead of failing at every
+// restart.
+func openGPUs(spec string, opts gpus.Options, log *slog.Logger) (lib, use partition.NVML, err error) {
+	lib, err = gpus.Open(spec, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := lib.Init(); err != nil {
-		return nil, fmt.Errorf("--gpus %s: initialise: %w", spec, err)
+	err = lib.Init()
+	switch {
+	case errors.Is(err, partition.ErrDriverNotLoaded) || errors.Is(err, partition.ErrLibraryNotFound):
+		log.Warn("the GPU driver cannot be opened; starting without it, retrying until it is loaded", "gpus", spec, "err", err)
+		return lib, partition.NewReleasedGate(lib), nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("--gpus %s: initialise: %w", spec, err)
 	}
-	return lib, nil
+	return lib, lib, nil
 }
 
 // newServeMux serves /metrics from reg, /healthz, and /readyz from ready.
@@ -262,7 +273,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	if err != nil {
 		return err
 	}
-	lib, err := openGPUs(o.gpus, o.gpuOptions())
+	lib, use, err := openGPUs(o.gpus, o.gpuOptions(), log)
 	if err != nil {
 		return err
 	}
@@ -292,7 +303,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	a, err := agent.New(agent.Config{
 		NodeName: o.nodeName, Client: client,
 		ConfigMapNamespace: o.configMapNamespace, ConfigMapName: o.configMapName,
-		GPUs: lib, Advertise: o.advertise, DevicePluginDir: o.devicePluginDir, PodResourcesSocket: o.podResourcesSocket,
+		GPUs: use, Advertise: o.advertise, DevicePluginDir: o.devicePluginDir, PodResourcesSocket: o.podResourcesSocket,
 		KubeletRootDir: o.kubeletRootDir, CDIDir: o.cdiDir,
 		StateDir: o.stateDir, CDI: o.cdi, Registerer: reg, Logger: log, AfterOp: afterOp,
 		ProfileLabel: o.profileLabel, Labels: agent.LabelOptions{MIGManagerState: o.migManagerState, CarveOnly: !o.gfdLabels},

@@ -261,9 +261,31 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
+// discard is a logger that logs nothing.
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Without a loaded driver the agent gets its GPUs behind a released Gate
+// (it starts and waits for the driver) instead of an error.
+func TestOpenGPUsWithoutDriver(t *testing.T) {
+	lib, use, err := openGPUs("nvml", gpus.Options{}, discard())
+	if err != nil {
+		t.Fatalf("without a driver: %v, want no error", err)
+	}
+	if use == lib {
+		t.Skip("this machine has an NVIDIA driver")
+	}
+	g, ok := use.(*partition.Gate)
+	if !ok || !g.Released() {
+		t.Fatalf("without a driver: GPUs %T, want a released *partition.Gate", use)
+	}
+	if err := g.Reacquire(); err == nil {
+		t.Error("reacquired a driver that is not there")
+	}
+}
+
 func TestOpenGPUsKeepsSimState(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "sim.json")
-	lib, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimState: state})
+	lib, _, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimState: state}, discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +297,7 @@ func TestOpenGPUsKeepsSimState(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = lib.Shutdown()
-	again, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimState: state})
+	again, _, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimState: state}, discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,14 +308,14 @@ func TestOpenGPUsKeepsSimState(t *testing.T) {
 	if inv[0].PendingMIGMode != partition.MIGEnabled {
 		t.Fatal("simulator state not kept across a restart")
 	}
-	if _, err := openGPUs(sim.Prefix+"no-such-machine", gpus.Options{}); err == nil {
+	if _, _, err := openGPUs(sim.Prefix+"no-such-machine", gpus.Options{}, discard()); err == nil {
 		t.Fatal("unknown machine accepted")
 	}
 }
 
 func TestOpenGPUsWithSimLatency(t *testing.T) {
 	const d = 20 * time.Millisecond
-	lib, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimLatency: d.String()})
+	lib, _, err := openGPUs("sim:h100-80gb*1", gpus.Options{SimLatency: d.String()}, discard())
 	if err != nil {
 		t.Fatal(err)
 	}

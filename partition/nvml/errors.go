@@ -31,6 +31,8 @@ func sentinel(ret gonvml.Return) error {
 		return partition.ErrTimeout
 	case gonvml.ERROR_UNINITIALIZED:
 		return partition.ErrUninitialized
+	case gonvml.ERROR_DRIVER_NOT_LOADED:
+		return partition.ErrDriverNotLoaded
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ func TestReturnCodeMapping(t *testing.T) {
 		{gonvml.ERROR_NOT_FOUND, partition.ErrNotFound},
 		{gonvml.ERROR_TIMEOUT, partition.ErrTimeout},
 		{gonvml.ERROR_UNINITIALIZED, partition.ErrUninitialized},
+		{gonvml.ERROR_DRIVER_NOT_LOADED, partition.ErrDriverNotLoaded},
 		{gonvml.ERROR_GPU_IS_LOST, nil},
 		{gonvml.ERROR_NO_PERMISSION, nil},
 		{gonvml.ERROR_UNKNOWN, nil},

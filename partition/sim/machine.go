@@ -40,6 +40,10 @@ type Machine struct {
 	sleep   func(time.Duration)
 	// lastPID is the PID SetBusy last gave a process it made up.
 	lastPID uint32
+	// unloaded: the driver is unloaded (UnloadDriver); refusedUnloads
+	// counts the unloads refused because the driver was held.
+	unloaded       bool
+	refusedUnloads int
 }
 
 var _ partition.NVML = (*Machine)(nil)
@@ -153,9 +157,14 @@ func (m *Machine) Spec() Spec {
 }
 
 // Init opens the simulated library. Calls nest: each Init needs a Shutdown.
+// While the driver is unloaded (UnloadDriver) it fails with an error
+// wrapping partition.ErrDriverNotLoaded.
 func (m *Machine) Init() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.unloaded {
+		return fmt.Errorf("Init: %w", partition.ErrDriverNotLoaded)
+	}
 	if err := m.fault("Init", -1); err != nil {
 		return err
 	}

@@ -293,15 +293,15 @@ func SetNodeLabels(ctx context.Context, cs kubernetes.Interface, node string, la
 }
 
 // ResetNode removes what carve-agent wrote on the node (its labels and the
-// carve.dev/partition annotation) and the operator's carve.dev/profile and
-// carve.dev/hold labels, so that the next agent starts from a node it never
-// saw.
+// carve.dev/partition annotation), the operator's carve.dev/profile and
+// carve.dev/hold labels and the driver upgrade state label, so that the
+// next agent starts from a node it never saw.
 func ResetNode(ctx context.Context, cs kubernetes.Interface, node string) error {
 	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reset node %s: %w", node, err)
 	}
-	labels := map[string]any{carvev1.LabelProfile: nil, carvev1.LabelHold: nil}
+	labels := map[string]any{carvev1.LabelProfile: nil, carvev1.LabelHold: nil, carvev1.LabelDriverUpgrade: nil}
 	for k := range OwnedLabels(n) {
 		labels[k] = nil
 	}

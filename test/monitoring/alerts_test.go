@@ -247,9 +247,9 @@ func TestAlertsLabelCheckReportsMistakes(t *testing.T) {
 		{"no such label", `carve_agent_state{phase="failed"} == 1`, []Problem{{where,
 			`selector carve_agent_state{phase="failed"}: carve_agent_state has no label phase (its labels: [state], and the target labels [container endpoint instance job namespace node pod service])`}}},
 		{"no such state", `carve_agent_state{state="error"} == 1`, []Problem{{where,
-			`selector carve_agent_state{state="error"}: matcher state="error" matches none of the values carve-agent exports for carve_agent_state's state: [success adopted pending draining applying failed reboot-required held]`}}},
+			`selector carve_agent_state{state="error"}: matcher state="error" matches none of the values carve-agent exports for carve_agent_state's state: [success adopted pending draining applying failed reboot-required held driver-upgrade]`}}},
 		{"no such result", `carve_agent_reconciles_total{result!="errors"}`, []Problem{{where,
-			`selector carve_agent_reconciles_total{result!="errors"}: matcher result!="errors" matches none of the values carve-agent exports for carve_agent_reconciles_total's result: [success adopted pending draining applying failed reboot-required held error]`}}},
+			`selector carve_agent_reconciles_total{result!="errors"}: matcher result!="errors" matches none of the values carve-agent exports for carve_agent_reconciles_total's result: [success adopted pending draining applying failed reboot-required held driver-upgrade error]`}}},
 		{"regexp matching nothing", `carve_device_plugin_xid_events_total{critical=~"yes|no"}`, []Problem{{where,
 			`selector carve_device_plugin_xid_events_total{critical=~"yes|no"}: matcher critical=~"yes|no" matches none of the values carve-agent exports for carve_device_plugin_xid_events_total's critical: [true false]`}}},
 	}
