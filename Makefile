@@ -138,7 +138,7 @@ $(BIN)/carve-release: FORCE
 ##        plugin, the planner against wipe-and-recreate and a brute-force
 ##        search, a live update against a plugin restart and their API
 ##        requests, the agent's memory (needs root for the local cluster;
-##        under 20 minutes on 2 cores). BENCH=allocate,reconfig,planning,
+##        about 21 minutes on 2 cores). BENCH=allocate,reconfig,planning,
 ##        live,memory runs those only and prints them without writing.
 ##        make test runs the short mode of each (test/bench).
 bench: build
