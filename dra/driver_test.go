@@ -402,11 +402,10 @@ func TestSweepAtStart(t *testing.T) {
 	}
 }
 
-// TestHoldersBeforeAdvertise: a restarted agent checks claims before it
-// first advertises; the driver reads the GPUs to know the devices claims
-// name, so a held device is not taken for free.
-func TestHoldersBeforeAdvertise(t *testing.T) {
-	m, err := sim.New("h100-80gb")
+// simGPUs opens a simulated machine and reads its GPUs.
+func simGPUs(t *testing.T, spec string) (*sim.Machine, []partition.GPU) {
+	t.Helper()
+	m, err := sim.New(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,6 +416,14 @@ func TestHoldersBeforeAdvertise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, gpus
+}
+
+// TestHoldersBeforeAdvertise: a restarted agent checks claims before it
+// first advertises; the driver reads the GPUs to know the devices claims
+// name, so a held device is not taken for free.
+func TestHoldersBeforeAdvertise(t *testing.T) {
+	m, gpus := simGPUs(t, "h100-80gb")
 	held := claim("u1", "held", "gpu-0")
 	for _, lib := range []partition.NVML{nil, m} {
 		d, err := New(Config{Client: newFake(held), NodeName: node, CDIDir: t.TempDir(), GPUs: lib})

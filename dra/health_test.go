@@ -9,8 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/carve-dev/carve/internal/testclock"
-	"github.com/carve-dev/carve/partition"
-	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/xidhealth"
 	"github.com/carve-dev/carve/xidpolicy"
 )
@@ -21,17 +19,7 @@ import (
 // the agent's reset of the GPU lifts the taint, and so does the quiet
 // period of a recoverable XID.
 func TestXIDTaints(t *testing.T) {
-	m, err := sim.New("h100-80gb*2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Init(); err != nil {
-		t.Fatal(err)
-	}
-	gpus, err := partition.ReadInventory(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, gpus := simGPUs(t, "h100-80gb*2")
 	policy := xidpolicy.Default()
 	policy.Recoverable, policy.Quiet = []uint64{48}, time.Hour
 	policy.RecoverableTaint, policy.CriticalTaint = xidpolicy.NoSchedule, xidpolicy.NoExecute

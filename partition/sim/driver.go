@@ -41,14 +41,8 @@ func (m *Machine) LoadDriver() error {
 	if !m.unloaded {
 		return nil
 	}
-	saved := make([]*gpuState, len(m.gpus))
-	for i, g := range m.gpus {
-		saved[i] = g.clone()
-		g.reboot()
-	}
-	if err := m.persist(); err != nil {
-		m.gpus = saved
-		return fmt.Errorf("load the driver: undone: %w", err)
+	if err := m.rebootLocked(); err != nil {
+		return fmt.Errorf("load the driver: %w", err)
 	}
 	m.unloaded = false
 	return nil

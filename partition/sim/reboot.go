@@ -33,6 +33,16 @@ import (
 func (m *Machine) Reboot() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.rebootLocked(); err != nil {
+		return fmt.Errorf("reboot: %w", err)
+	}
+	return nil
+}
+
+// rebootLocked does to every GPU what a reboot (or a reload of the driver)
+// does, and writes the state file; when that fails it is undone. m.mu is
+// held.
+func (m *Machine) rebootLocked() error {
 	saved := make([]*gpuState, len(m.gpus))
 	for i, g := range m.gpus {
 		saved[i] = g.clone()
@@ -40,7 +50,7 @@ func (m *Machine) Reboot() error {
 	}
 	if err := m.persist(); err != nil {
 		m.gpus = saved
-		return fmt.Errorf("reboot: undone: %w", err)
+		return fmt.Errorf("undone: %w", err)
 	}
 	return nil
 }
