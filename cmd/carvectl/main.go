@@ -65,6 +65,15 @@ func writeWrapped(b *strings.Builder, indent string, words []string) {
 	b.WriteString(strings.TrimRight(line, " ") + "\n")
 }
 
+// splitConfigMap splits a --config-map value, namespace/name.
+func splitConfigMap(v string) (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(v, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("--config-map %q: want namespace/name", v)
+	}
+	return namespace, name, nil
+}
+
 // exitError carries a process exit code; its message has been printed.
 type exitError struct{ code int }
 

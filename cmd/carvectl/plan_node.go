@@ -50,9 +50,9 @@ func runPlanNode(q nodePlanQuery, kubeconfig string, stdout, stderr io.Writer, n
 	if q.format == "json" {
 		report = stderr
 	}
-	ns, cmName, ok := strings.Cut(q.configMap, "/")
-	if !ok || ns == "" || cmName == "" {
-		return fmt.Errorf("--config-map %q: want namespace/name", q.configMap)
+	ns, cmName, err := splitConfigMap(q.configMap)
+	if err != nil {
+		return err
 	}
 	cs, _, err := newClient(kubeconfig, statusTimeout)
 	if err != nil {

@@ -74,9 +74,9 @@ func runRelease(args []string, stdout, stderr io.Writer, newClient statusClientF
 	if len(rest) != 1 {
 		return fmt.Errorf("want one NODE, got %d arguments %q", len(rest), rest)
 	}
-	ns, name, ok := strings.Cut(*configMap, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return fmt.Errorf("--config-map %q: want namespace/name", *configMap)
+	ns, name, err := splitConfigMap(*configMap)
+	if err != nil {
+		return err
 	}
 	q.node, q.namespace, q.configMap, q.now = rest[0], ns, name, time.Now()
 	cs, host, err := newClient(*kubeconfig, releaseTimeout)

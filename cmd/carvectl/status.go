@@ -126,9 +126,9 @@ func runStatus(args []string, stdout, stderr io.Writer, newClient statusClientFu
 			return fmt.Errorf("--selector %q: %w", *selector, err)
 		}
 	}
-	ns, name, ok := strings.Cut(*configMap, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return fmt.Errorf("--config-map %q: want namespace/name", *configMap)
+	ns, name, err := splitConfigMap(*configMap)
+	if err != nil {
+		return err
 	}
 	q := statusQuery{selector: *selector, output: *output, namespace: ns, configMap: name, now: time.Now()}
 	if *watch {
