@@ -349,12 +349,7 @@ func (l *LeaseRollout) memberNodes(ctx context.Context) ([]rollout.Lease, error)
 	members := []rollout.Lease{}
 	for i := range list.Items {
 		n := &list.Items[i]
-		raw, ok := n.Annotations[carvev1.AnnotationRecord]
-		if !ok {
-			continue
-		}
-		rec, err := carvev1.DecodeNodeRecord(raw)
-		if err != nil || rec.ConfigMap != file {
+		if !carvev1.ReadsConfigMap(n.Annotations, file) {
 			continue
 		}
 		members = append(members, rollout.Lease{Name: n.Name, Kind: rollout.KindMember, Holder: n.Name})

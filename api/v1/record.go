@@ -228,6 +228,19 @@ func (r NodeRecord) Encode() (string, error) {
 	return string(b), nil
 }
 
+// ReadsConfigMap reports whether the record in a Node's annotations names
+// the profile ConfigMap file ("namespace/name") as the one its agent
+// reads: the node is one of that file's rollout. A missing or unreadable
+// record names none.
+func ReadsConfigMap(annotations map[string]string, file string) bool {
+	raw, ok := annotations[AnnotationRecord]
+	if !ok {
+		return false
+	}
+	rec, err := DecodeNodeRecord(raw)
+	return err == nil && rec.ConfigMap == file
+}
+
 // DecodeNodeRecord parses an annotation value written by Encode. Fields it
 // does not know are ignored, not refused: during a rolling upgrade agents
 // and carvectl of two versions read each other's records.

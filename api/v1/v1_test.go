@@ -303,3 +303,28 @@ func TestCheckpointVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsConfigMap: a record names the file its agent reads; a missing,
+// unreadable or other file's record does not.
+func TestReadsConfigMap(t *testing.T) {
+	raw, err := NodeRecord{State: StateSuccess, ConfigMap: "carve-system/carve-profiles"}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        bool
+	}{
+		{"this file", map[string]string{AnnotationRecord: raw}, true},
+		{"no record", nil, false},
+		{"unreadable record", map[string]string{AnnotationRecord: "{"}, false},
+	} {
+		if got := ReadsConfigMap(tc.annotations, "carve-system/carve-profiles"); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if ReadsConfigMap(map[string]string{AnnotationRecord: raw}, "carve-system/other") {
+		t.Error("a record of another file reads this one")
+	}
+}

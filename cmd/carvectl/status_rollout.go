@@ -129,8 +129,7 @@ func membersOf(ctx context.Context, cs kubernetes.Interface, file string) (int, 
 	}
 	n := 0
 	for i := range list.Items {
-		rec, err := carvev1.DecodeNodeRecord(list.Items[i].Annotations[carvev1.AnnotationRecord])
-		if err == nil && rec.ConfigMap == file {
+		if carvev1.ReadsConfigMap(list.Items[i].Annotations, file) {
 			n++
 		}
 	}
