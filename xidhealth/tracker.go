@@ -92,13 +92,10 @@ type Sick struct {
 // Tracker watches XID events and keeps the devices they hit unhealthy, as
 // its policy says. Its methods are safe for concurrent use.
 type Tracker struct {
-	opts Options
-	lib  partition.NVML
-	log  *slog.Logger
-	// onChange is called, without the Tracker's lock, whenever the set of
-	// unhealthy devices changes; onXID for every XID event, ignored or not.
-	onChange func()
-	onXID    func(ignored bool)
+	opts  Options
+	lib   partition.NVML
+	log   *slog.Logger
+	hooks Hooks
 
 	mu     sync.Mutex
 	sick   map[string]Sick
@@ -128,7 +125,7 @@ func New(lib partition.NVML, opts Options, hooks Hooks, log *slog.Logger) (*Trac
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &Tracker{opts: o, lib: lib, log: log, onChange: hooks.Changed, onXID: hooks.XID, sick: map[string]Sick{}}
+	t := &Tracker{opts: o, lib: lib, log: log, hooks: hooks, sick: map[string]Sick{}}
 	if err := t.load(); err != nil {
 		return nil, err
 	}
@@ -137,8 +134,8 @@ func New(lib partition.NVML, opts Options, hooks Hooks, log *slog.Logger) (*Trac
 
 // changed calls the Changed hook; the lock must not be held.
 func (t *Tracker) changed() {
-	if t.onChange != nil {
-		t.onChange()
+	if t.hooks.Changed != nil {
+		t.hooks.Changed()
 	}
 }
 
@@ -262,8 +259,8 @@ func (t *Tracker) watch(ctx context.Context) (worked bool, err error) {
 // unhealthy, unless it is ignored.
 func (t *Tracker) handle(ev partition.XIDEvent) {
 	class := t.opts.Policy.Classify(ev.XID)
-	if t.onXID != nil {
-		t.onXID(class == xidpolicy.Ignored)
+	if t.hooks.XID != nil {
+		t.hooks.XID(class == xidpolicy.Ignored)
 	}
 	if class == xidpolicy.Ignored {
 		t.log.Info("ignoring XID (the XID policy ignores it)", "gpu", ev.UUID, "xid", ev.XID, "gi", ev.GIID, "ci", ev.CIID)
