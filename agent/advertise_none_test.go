@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/plugin"
 	"github.com/carve-dev/carve/timeslice"
@@ -115,7 +116,7 @@ func newAgentConfig(t *testing.T, profile string) (Config, *fake.Clientset) {
 		Data: map[string]string{ConfigKey: testProfiles}}
 	client := fake.NewClientset(node, cm)
 	return Config{
-		NodeName: "node-1", Client: client, ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
+		NodeName: "node-1", Client: clientset.Wrap(client), ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
 		GPUs: m, DevicePluginDir: filepath.Join(t.TempDir(), "device-plugins"), StateDir: t.TempDir(),
 		Logger: slog.New(slog.DiscardHandler),
 	}, client

@@ -7,23 +7,22 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/internal/textfmt"
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
 	"github.com/carve-dev/carve/rollout"
@@ -45,7 +44,7 @@ type EventRecorder interface {
 // and as pod evictions when the drain policy says so.
 type Controller struct {
 	// Client talks to the API server.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// NodeName is the Node this agent owns.
 	NodeName string
 	// ConfigMapNamespace and ConfigMapName name the profile ConfigMap.
@@ -144,15 +143,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	if c.NodeName == "" || c.ConfigMapName == "" || c.ConfigMapNamespace == "" {
 		return errors.New("controller: node name and ConfigMap namespace/name are required")
 	}
-	byName := func(name string) informers.SharedInformerOption {
-		return informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-		})
-	}
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c.Client, c.Resync, byName(c.NodeName))
-	cmFactory := informers.NewSharedInformerFactoryWithOptions(c.Client, c.Resync, byName(c.ConfigMapName), informers.WithNamespace(c.ConfigMapNamespace))
-	nodes := nodeFactory.Core().V1().Nodes().Informer()
-	cms := cmFactory.Core().V1().ConfigMaps().Informer()
+	nodes := newInformer(c.Client, c.nodeWatch(), &corev1.Node{}, c.Resync)
+	cms := newInformer(c.Client, c.configMapWatch(), &corev1.ConfigMap{}, c.Resync)
 
 	c.backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[string](MinRetryBackoff, MaxRetryBackoff)
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(c.backoff, workqueue.TypedRateLimitingQueueConfig[string]{Name: "carve-agent"})
@@ -181,10 +173,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("controller: watch ConfigMap: %w", err)
 	}
-	nodeFactory.Start(ctx.Done())
-	cmFactory.Start(ctx.Done())
-	defer nodeFactory.Shutdown()
-	defer cmFactory.Shutdown()
+	var informers sync.WaitGroup
+	defer informers.Wait()
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
+	informers.Go(func() { nodes.RunWithContext(informerCtx) })
+	informers.Go(func() { cms.RunWithContext(informerCtx) })
 	if !cache.WaitForCacheSync(ctx.Done(), nodes.HasSynced, cms.HasSynced) {
 		return fmt.Errorf("controller: caches did not sync: %w", ctx.Err())
 	}
@@ -303,7 +297,7 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 		return time.Time{}, false, err
 	}
 	if patch != nil {
-		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return time.Time{}, false, fmt.Errorf("patch node %s: %w", c.NodeName, err)
 		}
 	}
@@ -403,7 +397,7 @@ func (c *Controller) RecordChange(ctx context.Context, rec carvev1.NodeRecord) e
 	if err != nil {
 		return fmt.Errorf("record the change in progress: %w", err)
 	}
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("record the change in progress on node %s: %w", c.NodeName, err)
 	}
 	return nil
@@ -412,7 +406,7 @@ func (c *Controller) RecordChange(ctx context.Context, rec carvev1.NodeRecord) e
 // patchState sets carve.dev/state alone.
 func (c *Controller) patchState(ctx context.Context, state string) {
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, carvev1.LabelState, state)
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		c.logger().Warn("could not record the state", "state", state, "err", err)
 	}
 }
@@ -429,7 +423,7 @@ func (c *Controller) evict(ctx context.Context, node *corev1.Node, holders []plu
 		}
 		seen[key] = true
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: a.Pod}}
-		if err := c.Client.PolicyV1().Evictions(a.Namespace).Evict(ctx, ev); err != nil {
+		if err := c.Client.Evictions(a.Namespace).Evict(ctx, ev); err != nil {
 			c.logger().Warn("eviction refused", "pod", key, "err", err)
 			c.emit(node, Event{Warning: true, Reason: carvev1.ReasonEvicting, Message: fmt.Sprintf("evicting pod %s refused: %s", key, textfmt.OneLine(err.Error()))})
 			continue

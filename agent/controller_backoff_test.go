@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/partition/sim"
 )
 
@@ -67,7 +68,7 @@ func TestControllerRetriesAFailedApplyWithBackoff(t *testing.T) {
 	client := fake.NewClientset(node, cm)
 	retries := &logRecorder{msg: "reconcile ended failed; retrying with backoff"}
 	c := &Controller{
-		Client: client, NodeName: "node-1", ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
+		Client: clientset.Wrap(client), NodeName: "node-1", ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
 		Reconciler: h.r, Logger: slog.New(retries),
 	}
 	ctx, cancel := context.WithCancel(context.Background())

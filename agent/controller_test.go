@@ -8,19 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	k8stesting "k8s.io/client-go/testing"
-
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/google/go-cmp/cmp"
-
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/plugin"
 )
 
@@ -58,7 +57,7 @@ func TestControllerRecordsOnTheNode(t *testing.T) {
 	client := fake.NewClientset(node, cm)
 	events := record.NewFakeRecorder(100)
 	c := &Controller{
-		Client: client, NodeName: "node-1", ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
+		Client: clientset.Wrap(client), NodeName: "node-1", ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
 		Reconciler: h.r, Events: events, Logger: slog.New(slog.DiscardHandler),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -153,7 +152,7 @@ func TestControllerEvict(t *testing.T) {
 		return true, nil, nil
 	})
 	events := record.NewFakeRecorder(10)
-	c := &Controller{Client: client, NodeName: "node-1", Events: events, Logger: slog.New(slog.DiscardHandler)}
+	c := &Controller{Client: clientset.Wrap(client), NodeName: "node-1", Events: events, Logger: slog.New(slog.DiscardHandler)}
 	c.evict(context.Background(), node, []plugin.Assignment{
 		{Namespace: "ml", Pod: "train", Container: "a", UUIDs: []string{"MIG-1"}},
 		{Namespace: "ml", Pod: "train", Container: "b", UUIDs: []string{"MIG-2"}},
@@ -187,7 +186,7 @@ func TestControllerPatchState(t *testing.T) {
 		carvev1.LabelState: carvev1.StateSuccess, carvev1.LabelApplied: "full", "pool": "a",
 	}}}
 	client := fake.NewClientset(node)
-	c := &Controller{Client: client, NodeName: "node-1", Logger: slog.New(slog.DiscardHandler)}
+	c := &Controller{Client: clientset.Wrap(client), NodeName: "node-1", Logger: slog.New(slog.DiscardHandler)}
 	c.RecordApplying(context.Background(), "balanced", nil)
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
 	if err != nil {

@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/google/go-cmp/cmp"
-
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 )
 
 // TestControllerWithNVIDIALabels: --profile-label nvidia.com/mig.config
@@ -29,7 +29,7 @@ func TestControllerWithNVIDIALabels(t *testing.T) {
 		Data: map[string]string{ConfigKey: testProfiles}}
 	client := fake.NewClientset(node, cm)
 	c := &Controller{
-		Client: client, NodeName: "node-1", ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
+		Client: clientset.Wrap(client), NodeName: "node-1", ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
 		Reconciler: h.r, Logger: slog.New(slog.DiscardHandler), ProfileLabel: carvev1.LabelMIGManagerConfig,
 	}
 	ctx, cancel := context.WithCancel(context.Background())

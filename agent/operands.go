@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -150,7 +150,7 @@ func (r *Reconciler) forgetPaused() error {
 // nodeOperands is Operands through the API server: it patches the node's
 // labels and lists the pods on the node.
 type nodeOperands struct {
-	client  kubernetes.Interface
+	client  kubeclient.Interface
 	node    string
 	timeout time.Duration
 	every   time.Duration
@@ -221,7 +221,7 @@ func (o *nodeOperands) evict(ctx context.Context, pods []corev1.Pod, evicted map
 			continue
 		}
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name}}
-		err := o.client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, ev)
+		err := o.client.Evictions(pod.Namespace).Evict(ctx, ev)
 		switch {
 		case err == nil:
 			evicted[podKey(pod)] = true
@@ -254,7 +254,7 @@ func (o *nodeOperands) patch(ctx context.Context, values map[string]string) erro
 	if err != nil {
 		return fmt.Errorf("operand labels: %w", err)
 	}
-	if _, err := o.client.CoreV1().Nodes().Patch(ctx, o.node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := o.client.Nodes().Patch(ctx, o.node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("set operand labels: %w", err)
 	}
 	return nil
@@ -263,7 +263,7 @@ func (o *nodeOperands) patch(ctx context.Context, values map[string]string) erro
 // podsOf lists the running pods on the node that one of the label keys
 // deploys.
 func (o *nodeOperands) podsOf(ctx context.Context, keys []string) ([]corev1.Pod, error) {
-	list, err := o.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+	list, err := o.client.Pods("").List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", o.node).String(),
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,9 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -273,7 +273,7 @@ func TestNodeOperands(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "node-2", NodeSelector: map[string]string{exporterLabel: "true"}}}
 	client := fake.NewClientset(node, exporter, other, elsewhere)
 	filterPodsByNode(client)
-	o := &nodeOperands{client: client, node: "node-1", timeout: 300 * time.Millisecond, every: 20 * time.Millisecond}
+	o := &nodeOperands{client: clientset.Wrap(client), node: "node-1", timeout: 300 * time.Millisecond, every: 20 * time.Millisecond}
 	ctx := context.Background()
 
 	_, err := o.Pause(ctx, []string{exporterLabel})
@@ -342,7 +342,7 @@ func TestNodeOperandsEvicts(t *testing.T) {
 	var pdb sync.Mutex
 	blocking := true
 	evictThroughFake(client, func() bool { pdb.Lock(); defer pdb.Unlock(); return blocking }, &asked)
-	o := &nodeOperands{client: client, node: "node-1", timeout: 200 * time.Millisecond, every: 20 * time.Millisecond}
+	o := &nodeOperands{client: clientset.Wrap(client), node: "node-1", timeout: 200 * time.Millisecond, every: 20 * time.Millisecond}
 	ctx := context.Background()
 	keys := []string{clientLabel, pluginLabel}
 

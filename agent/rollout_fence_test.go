@@ -20,6 +20,7 @@ import (
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/internal/apitest"
 	"github.com/carve-dev/carve/internal/testclock"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/rollout"
 )
 
@@ -66,7 +67,7 @@ func newFleet(t *testing.T, names ...string) *fleet {
 
 // agent is node's LeaseRollout; its renewer is stopped at cleanup.
 func (f *fleet) agent(node string) *LeaseRollout {
-	l := &LeaseRollout{Client: f.cs, Namespace: fenceNS, ConfigMap: fenceCM, Node: node,
+	l := &LeaseRollout{Client: clientset.Wrap(f.cs), Namespace: fenceNS, ConfigMap: fenceCM, Node: node,
 		SlotDuration: 15 * time.Second, Clock: f.wall.Now, Monotonic: f.mono.Now, Logger: slog.New(slog.DiscardHandler)}
 	f.t.Cleanup(func() { l.pause() })
 	return l

@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/rollout"
 )
 
@@ -62,7 +62,7 @@ var ErrFenced = errors.New("rollout slot not valid")
 // silent.
 type LeaseRollout struct {
 	// Client talks to the API server.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// Namespace and ConfigMap name the profile ConfigMap.
 	Namespace, ConfigMap string
 	// Node is this agent's node.
@@ -150,7 +150,7 @@ func (l *LeaseRollout) selector(kinds ...string) string {
 // cache (resourceVersion 0: a slot is taken by a create or a conditional
 // update, so a stale list can lose a race but never double-book).
 func (l *LeaseRollout) list(ctx context.Context, kinds ...string) ([]coordinationv1.Lease, error) {
-	list, err := l.Client.CoordinationV1().Leases(l.Namespace).List(ctx, metav1.ListOptions{LabelSelector: l.selector(kinds...), ResourceVersion: "0"})
+	list, err := l.Client.Leases(l.Namespace).List(ctx, metav1.ListOptions{LabelSelector: l.selector(kinds...), ResourceVersion: "0"})
 	if err != nil {
 		return nil, fmt.Errorf("list rollout Leases in %s: %w", l.Namespace, err)
 	}
@@ -272,7 +272,7 @@ func (l *LeaseRollout) Recovered(ctx context.Context) error { return l.clearFail
 // writeFailure creates or updates this node's failure Lease.
 func (l *LeaseRollout) writeFailure(ctx context.Context, revision string) error {
 	name := rollout.FailureName(l.ConfigMap, l.Node)
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	leases := l.Client.Leases(l.Namespace)
 	now := metav1.NewMicroTime(l.now())
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace,
@@ -308,7 +308,7 @@ func (l *LeaseRollout) clearFailure(ctx context.Context) error {
 		return nil
 	}
 	name := rollout.FailureName(l.ConfigMap, l.Node)
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	leases := l.Client.Leases(l.Namespace)
 	var err error
 	for try := range 2 {
 		if cur == nil || try > 0 {
@@ -341,7 +341,7 @@ func (l *LeaseRollout) memberNodes(ctx context.Context) ([]rollout.Lease, error)
 		return l.members, nil
 	}
 	l.mu.Unlock()
-	list, err := l.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: carvev1.LabelState, ResourceVersion: "0"})
+	list, err := l.Client.Nodes().List(ctx, metav1.ListOptions{LabelSelector: carvev1.LabelState, ResourceVersion: "0"})
 	if err != nil {
 		return nil, fmt.Errorf("list the Nodes of the rollout: %w", err)
 	}
@@ -383,7 +383,7 @@ func (l *LeaseRollout) Run(ctx context.Context) error {
 // version read, if there is one.
 func (l *LeaseRollout) removeOldMember(ctx context.Context) error {
 	name := rollout.MemberName(l.ConfigMap, l.Node)
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	leases := l.Client.Leases(l.Namespace)
 	cur, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/internal/apitest"
 	"github.com/carve-dev/carve/internal/testclock"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/rollout"
 )
 
@@ -27,7 +28,7 @@ func TestLeaseRollout(t *testing.T) {
 	cs, strict := apitest.NewStrict(nodes("gpu-a", "gpu-b", "gpu-c")...)
 	clock := testclock.New(time.Date(2026, 11, 24, 20, 0, 0, 0, time.UTC))
 	agent := func(node string) *LeaseRollout {
-		return &LeaseRollout{Client: cs, Namespace: "carve-system", ConfigMap: "carve-profiles", Node: node,
+		return &LeaseRollout{Client: clientset.Wrap(cs), Namespace: "carve-system", ConfigMap: "carve-profiles", Node: node,
 			SlotDuration: 15 * time.Second, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler)}
 	}
 	t.Cleanup(func() {
@@ -143,7 +144,7 @@ func TestLeaseRolloutMembers(t *testing.T) {
 	ctx := t.Context()
 	agents := map[string]*LeaseRollout{}
 	for _, n := range []string{"gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e"} {
-		agents[n] = &LeaseRollout{Client: cs, Namespace: "carve-system", ConfigMap: "carve-profiles", Node: n, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler)}
+		agents[n] = &LeaseRollout{Client: clientset.Wrap(cs), Namespace: "carve-system", ConfigMap: "carve-profiles", Node: n, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler)}
 	}
 	forty := configs.Rollout{MaxUnavailable: configs.Bound{N: 40, Percent: true}, MaxFailures: 1}
 	nodesSeen := func(l *LeaseRollout) int {
@@ -212,7 +213,7 @@ func TestLeaseRolloutWritesNothingAtRest(t *testing.T) {
 	old := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: rollout.MemberName("carve-profiles", "gpu-a"), Namespace: "carve-system",
 		Labels: map[string]string{carvev1.LeaseLabelConfigMap: "carve-profiles", carvev1.LeaseLabelKind: rollout.KindMember}}}
 	cs, _ := apitest.NewStrict(memberNode(t, "gpu-a", "carve-system/carve-profiles"), old)
-	l := &LeaseRollout{Client: cs, Namespace: "carve-system", ConfigMap: "carve-profiles", Node: "gpu-a", Logger: slog.New(slog.DiscardHandler)}
+	l := &LeaseRollout{Client: clientset.Wrap(cs), Namespace: "carve-system", ConfigMap: "carve-profiles", Node: "gpu-a", Logger: slog.New(slog.DiscardHandler)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()

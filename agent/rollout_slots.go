@@ -27,7 +27,7 @@ func (l *LeaseRollout) holds(name string) bool {
 // holds nothing. A Node that cannot be read counts as mid-change: a slot
 // is never taken over on a guess.
 func (l *LeaseRollout) holderMidChange(ctx context.Context, lease *coordinationv1.Lease, holder string) bool {
-	n, err := l.Client.CoreV1().Nodes().Get(ctx, holder, metav1.GetOptions{})
+	n, err := l.Client.Nodes().Get(ctx, holder, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return false
@@ -59,7 +59,7 @@ func (l *LeaseRollout) ownerRef(ctx context.Context) (metav1.OwnerReference, err
 	uid := l.nodeUID
 	l.mu.Unlock()
 	if uid == "" {
-		n, err := l.Client.CoreV1().Nodes().Get(ctx, l.Node, metav1.GetOptions{})
+		n, err := l.Client.Nodes().Get(ctx, l.Node, metav1.GetOptions{})
 		if err != nil {
 			return metav1.OwnerReference{}, fmt.Errorf("read Node %s for the rollout slot's owner: %w", l.Node, err)
 		}
@@ -95,7 +95,7 @@ func (l *LeaseRollout) take(ctx context.Context, name string, existing *coordina
 		HolderIdentity: new(l.Node), LeaseDurationSeconds: new(int32(l.slotDuration() / time.Second)),
 		AcquireTime: acquired, RenewTime: &t,
 	}
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	leases := l.Client.Leases(l.Namespace)
 	start := l.mono()
 	var got *coordinationv1.Lease
 	if existing == nil {
@@ -160,7 +160,7 @@ func (l *LeaseRollout) renewOnce(ctx context.Context) error {
 	l.mu.Unlock()
 	lease.Spec.RenewTime = new(metav1.NewMicroTime(l.now()))
 	start := l.mono()
-	renewed, err := l.Client.CoordinationV1().Leases(l.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
+	renewed, err := l.Client.Leases(l.Namespace).Update(ctx, lease, metav1.UpdateOptions{})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.held == nil || l.held.Name != lease.Name || l.held.ResourceVersion != lease.ResourceVersion {
@@ -253,7 +253,7 @@ func (l *LeaseRollout) Release(ctx context.Context) error {
 	if lease == nil {
 		return nil
 	}
-	err := l.Client.CoordinationV1().Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{
+	err := l.Client.Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("release rollout slot %s: %w", lease.Name, err)

@@ -11,15 +11,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/internal/buildinfo"
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/plugin"
 	"github.com/carve-dev/carve/xidhealth"
@@ -32,7 +31,7 @@ type Config struct {
 	// NodeName is the Node the agent owns (required).
 	NodeName string
 	// Client talks to the API server (required).
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// ConfigMapNamespace and ConfigMapName name the profile ConfigMap
 	// (required).
 	ConfigMapNamespace, ConfigMapName string
@@ -131,6 +130,8 @@ type Agent struct {
 	plugin  *plugin.Manager
 	driver  *dra.Driver
 	rollout *LeaseRollout
+	// scheme names the objects Events are about.
+	scheme *runtime.Scheme
 }
 
 // New builds an Agent; Run starts it.
@@ -157,7 +158,11 @@ func New(cfg Config) (*Agent, error) {
 	ctrl, ro := newController(cfg, side, metrics)
 	ctrl.Reconciler.Driver = gate
 	metrics.watch(ctrl.Ready, advertisedOf(side.plugin))
-	return &Agent{cfg: cfg, ctrl: ctrl, plugin: side.plugin, driver: side.driver, rollout: ro}, nil
+	scheme, err := kubeclient.NewScheme()
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return &Agent{cfg: cfg, ctrl: ctrl, plugin: side.plugin, driver: side.driver, rollout: ro, scheme: scheme}, nil
 }
 
 // checkConfig refuses a Config New cannot build an Agent from: a required
@@ -328,8 +333,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.cfg.Client.CoreV1().Events("")})
-	a.ctrl.Events = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "carve-agent", Host: a.cfg.NodeName})
+	broadcaster.StartRecordingToSink(kubeclient.EventSink{Client: a.cfg.Client})
+	a.ctrl.Events = broadcaster.NewRecorder(a.scheme, corev1.EventSource{Component: "carve-agent", Host: a.cfg.NodeName})
 
 	servers := a.servers()
 	errc := make(chan error, 1+len(servers))

@@ -12,9 +12,8 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
 	"github.com/carve-dev/carve/xidhealth"
@@ -28,7 +27,7 @@ const DefaultKubeletRootDir = "/var/lib/kubelet"
 // Config configures a Driver.
 type Config struct {
 	// Client talks to the API server (required).
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// NodeName is the node the driver serves (required).
 	NodeName string
 	// KubeletRootDir defaults to DefaultKubeletRootDir.
@@ -127,19 +126,12 @@ func (d *Driver) Run(ctx context.Context) error {
 			return fmt.Errorf("dra: kubelet plugin directory: %w", err)
 		}
 	}
-	helper, err := kubeletplugin.Start(ctx, d,
-		kubeletplugin.DriverName(DriverName),
-		kubeletplugin.NodeName(d.cfg.NodeName),
-		kubeletplugin.KubeClient(d.cfg.Client),
-		kubeletplugin.RegistrarDirectoryPath(registry),
-		kubeletplugin.PluginDataDirectoryPath(data),
-		kubeletplugin.HealthService(false),
-	)
+	plugin, err := startKubeletPlugin(ctx, d.cfg.Client, d, registry, data, nil, d.log)
 	if err != nil {
 		return fmt.Errorf("dra: start kubelet plugin: %w", err)
 	}
 	d.log.Info("DRA kubelet plugin serving", "driver", DriverName, "kubeletRootDir", d.cfg.KubeletRootDir, "cdiDir", d.cfg.CDIDir)
-	defer helper.Stop()
+	defer plugin.stop()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -233,15 +225,4 @@ func (d *Driver) publishLocked(ctx context.Context) error {
 	return nil
 }
 
-// HandleError logs errors of the kubelet plugin's background work.
-func (d *Driver) HandleError(_ context.Context, err error, msg string) {
-	d.log.Error("DRA kubelet plugin: "+msg, "err", err)
-}
-
-// WatchHealthStatus is not supported: a device an XID keeps unhealthy is
-// tainted in the slice instead (TaintXID).
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
-}
-
-var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+var _ claimPreparer = (*Driver)(nil)

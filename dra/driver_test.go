@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/timeslice"
@@ -126,7 +126,7 @@ func TestPublish(t *testing.T) {
 	extra := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "extra"},
 		Spec: resourceapi.ResourceSliceSpec{Driver: DriverName, NodeName: new(node), Pool: resourceapi.ResourcePool{Name: node, Generation: 3, ResourceSliceCount: 1}}}
 	cs := newFake(other, extra)
-	p := &Publisher{Client: cs, Node: node}
+	p := &Publisher{Client: clientset.Wrap(cs), Node: node}
 	ctx := context.Background()
 	off, err := Describe(testGPUs(), expand(t, testGPUs(), nil))
 	if err != nil {
@@ -172,7 +172,7 @@ func TestPublish(t *testing.T) {
 // its Node.
 func TestPublishNewSliceOwnedByNode(t *testing.T) {
 	cs := newFake()
-	p := &Publisher{Client: cs, Node: node}
+	p := &Publisher{Client: clientset.Wrap(cs), Node: node}
 	if err := p.Publish(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestPublishSharingDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Publisher{Client: cs, Node: node}
+	p := &Publisher{Client: clientset.Wrap(cs), Node: node}
 	err = p.Publish(context.Background(), off.Devices)
 	if !errors.Is(err, ErrSharingDropped) {
 		t.Fatalf("Publish = %v, want ErrSharingDropped", err)
@@ -223,7 +223,7 @@ func TestPublishSharingDropped(t *testing.T) {
 // CDI directories, the test GPUs advertised.
 func newDriver(t *testing.T, cs *fake.Clientset, state, cdi string) *Driver {
 	t.Helper()
-	d, err := New(Config{Client: cs, NodeName: node, StateDir: state, CDIDir: cdi})
+	d, err := New(Config{Client: clientset.Wrap(cs), NodeName: node, StateDir: state, CDIDir: cdi})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestPrepareUnprepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{
+	want := PreparedDevices{Devices: []KubeletDevice{
 		{Requests: []string{"gpu"}, PoolName: node, DeviceName: "gpu-0-mig-1g10gb-19-2", CDIDeviceIDs: []string{"gpu.carve.dev/claim=uid-1"}},
 		{Requests: []string{"gpu"}, PoolName: node, DeviceName: "gpu-0-mig-1g10gb-19-3", CDIDeviceIDs: []string{"gpu.carve.dev/claim=uid-1"}},
 	}}
@@ -324,7 +324,7 @@ func TestPrepareUnprepare(t *testing.T) {
 		t.Errorf("holders after a restart (-want +got):\n%s", diff)
 	}
 	for range 2 {
-		un, err := d2.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}, {UID: "uid-3"}, {UID: "never"}})
+		un, err := d2.UnprepareResourceClaims(ctx, []ClaimRef{{UID: "uid-1"}, {UID: "uid-3"}, {UID: "never"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,7 +393,7 @@ func TestSweepAtStart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := New(Config{Client: newFake(), NodeName: node, CDIDir: cdi}); err != nil {
+	if _, err := New(Config{Client: clientset.Wrap(newFake()), NodeName: node, CDIDir: cdi}); err != nil {
 		t.Fatal(err)
 	}
 	left, _ := filepath.Glob(filepath.Join(cdi, "*"))
@@ -426,7 +426,7 @@ func TestHoldersBeforeAdvertise(t *testing.T) {
 	m, gpus := simGPUs(t, "h100-80gb")
 	held := claim("u1", "held", "gpu-0")
 	for _, lib := range []partition.NVML{nil, m} {
-		d, err := New(Config{Client: newFake(held), NodeName: node, CDIDir: t.TempDir(), GPUs: lib})
+		d, err := New(Config{Client: clientset.Wrap(newFake(held)), NodeName: node, CDIDir: t.TempDir(), GPUs: lib})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/carve-dev/carve/internal/testclock"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/xidhealth"
 	"github.com/carve-dev/carve/xidpolicy"
 )
@@ -25,7 +26,7 @@ func TestXIDTaints(t *testing.T) {
 	policy.RecoverableTaint, policy.CriticalTaint = xidpolicy.NoSchedule, xidpolicy.NoExecute
 	now := testclock.New(time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC))
 	cs := newFake()
-	d, err := New(Config{Client: cs, NodeName: node, CDIDir: t.TempDir(), GPUs: m, Logger: slog.New(slog.DiscardHandler),
+	d, err := New(Config{Client: clientset.Wrap(cs), NodeName: node, CDIDir: t.TempDir(), GPUs: m, Logger: slog.New(slog.DiscardHandler),
 		Health: xidhealth.Options{Policy: policy, Poll: 10 * time.Millisecond, Now: now.Now, BootID: func() (string, error) { return "b", nil }}})
 	if err != nil {
 		t.Fatal(err)

@@ -126,7 +126,7 @@ func (d *Driver) listClaims(ctx context.Context) ([]resourceapi.ResourceClaim, e
 	var out []resourceapi.ResourceClaim
 	opts := metav1.ListOptions{Limit: claimsPage}
 	for {
-		l, err := d.cfg.Client.ResourceV1().ResourceClaims("").List(ctx, opts)
+		l, err := d.cfg.Client.ResourceClaims("").List(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("dra: list ResourceClaims: %w", err)
 		}

@@ -7,7 +7,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 )
@@ -16,10 +15,10 @@ import (
 // writes the claim's CDI spec and records the claim before answering, so a
 // restarted agent still knows it. A claim already prepared gets the same
 // answer again.
-func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]PreparedDevices, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	out := make(map[types.UID]PreparedDevices, len(claims))
 	var added []string
 	for _, c := range claims {
 		uid := string(c.UID)
@@ -29,7 +28,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 		}
 		pc, err := d.prepare(c)
 		if err != nil {
-			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
+			out[c.UID] = PreparedDevices{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
 		}
 		d.claims.rec.Claims[uid] = pc
@@ -100,10 +99,10 @@ func (d *Driver) shared(name string) bool {
 }
 
 // resultOf is the kubelet's answer for a prepared claim.
-func resultOf(pc carvev1.PreparedClaim, pool string) kubeletplugin.PrepareResult {
-	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
+func resultOf(pc carvev1.PreparedClaim, pool string) PreparedDevices {
+	res := PreparedDevices{Devices: []KubeletDevice{}}
 	for _, dev := range pc.Devices {
-		kd := kubeletplugin.Device{Requests: []string{dev.Request}, PoolName: pool, DeviceName: dev.Device, CDIDeviceIDs: dev.CDIDevices}
+		kd := KubeletDevice{Requests: []string{dev.Request}, PoolName: pool, DeviceName: dev.Device, CDIDeviceIDs: dev.CDIDevices}
 		if dev.ShareID != "" {
 			kd.ShareID = new(types.UID(dev.ShareID))
 		}
@@ -114,7 +113,7 @@ func resultOf(pc carvev1.PreparedClaim, pool string) kubeletplugin.PrepareResult
 
 // UnprepareResourceClaims removes each claim's CDI spec and forgets it; a
 // claim not prepared here is not an error.
-func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []ClaimRef) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]error, len(claims))

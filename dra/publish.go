@@ -12,7 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/carve-dev/carve/kubeclient"
 )
 
 // ErrSharingDropped says the API server dropped the fields that let several
@@ -26,7 +27,7 @@ var ErrSharingDropped = errors.New("the API server dropped allowMultipleAllocati
 // withdrawn is out of the API server's view when Publish returns.
 type Publisher struct {
 	// Client writes ResourceSlices.
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// Node is the node's name; NodeUID makes the Node the slice's owner,
 	// so that the slice goes with the Node (read from the API server when
 	// empty).
@@ -41,7 +42,7 @@ type Publisher struct {
 // ErrSharingDropped.
 func (p *Publisher) Publish(ctx context.Context, devices []resourceapi.Device) error {
 	if p.NodeUID == "" {
-		node, err := p.Client.CoreV1().Nodes().Get(ctx, p.Node, metav1.GetOptions{})
+		node, err := p.Client.Nodes().Get(ctx, p.Node, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("get node %s, the ResourceSlice's owner: %w", p.Node, err)
 		}
@@ -57,7 +58,7 @@ func (p *Publisher) Publish(ctx context.Context, devices []resourceapi.Device) e
 			cur = &mine[i]
 			continue
 		}
-		if err := p.Client.ResourceV1().ResourceSlices().Delete(ctx, mine[i].Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := p.Client.ResourceSlices().Delete(ctx, mine[i].Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete extra ResourceSlice %s: %w", mine[i].Name, err)
 		}
 	}
@@ -77,7 +78,7 @@ func (p *Publisher) Publish(ctx context.Context, devices []resourceapi.Device) e
 // list returns the driver's slices of the node.
 func (p *Publisher) list(ctx context.Context) ([]resourceapi.ResourceSlice, error) {
 	sel := fields.Set{resourceapi.ResourceSliceSelectorNodeName: p.Node, resourceapi.ResourceSliceSelectorDriver: DriverName}.AsSelector().String()
-	l, err := p.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	l, err := p.Client.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return nil, fmt.Errorf("list ResourceSlices of node %s: %w", p.Node, err)
 	}
@@ -90,7 +91,7 @@ func (p *Publisher) list(ctx context.Context) ([]resourceapi.ResourceSlice, erro
 
 // write creates the slice (cur nil) or updates cur to hold devices.
 func (p *Publisher) write(ctx context.Context, cur *resourceapi.ResourceSlice, devices []resourceapi.Device) (*resourceapi.ResourceSlice, error) {
-	api := p.Client.ResourceV1().ResourceSlices()
+	api := p.Client.ResourceSlices()
 	if cur == nil {
 		s := &resourceapi.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: p.Node + "-" + DriverName + "-", OwnerReferences: p.owner()},

@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -25,6 +24,7 @@ import (
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/internal/buildinfo"
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/gpus"
 	"github.com/carve-dev/carve/plugin"
@@ -295,7 +295,7 @@ func run(ctx context.Context, o options, getenv func(string) string, log *slog.L
 	if err != nil {
 		return fmt.Errorf("API access: %w", err)
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubeclient.New(cfg)
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}

@@ -117,3 +117,21 @@ func TestAPIDependsOnNothingOfCarve(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentLinksNoClientset: carve-agent's binary links none of client-go's
+// clientset, informer factory or listers, nor the DRA kubelet plugin
+// library (which takes the clientset). Each of them registers every API
+// group's types when the program starts, which costs the agent several MiB
+// of resident memory (docs/benchmarks.md, agent memory).
+func TestAgentLinksNoClientset(t *testing.T) {
+	heavy := regexp.MustCompile(`^k8s\.io/client-go/(kubernetes|informers|listers)(/|$)|^k8s\.io/dynamic-resource-allocation/kubeletplugin$`)
+	var linked []string
+	for _, dep := range goList(t, "-deps", "./cmd/carve-agent") {
+		if heavy.MatchString(dep) {
+			linked = append(linked, dep)
+		}
+	}
+	if len(linked) > 0 {
+		t.Errorf("carve-agent links %d packages it must not, among them %s", len(linked), strings.Join(linked[:min(5, len(linked))], ", "))
+	}
+}

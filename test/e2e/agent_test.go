@@ -20,12 +20,12 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/internal/buildinfo"
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
@@ -121,7 +121,7 @@ func startAgent(t *testing.T, c *cluster.Cluster, m *sim.Machine, mod func(*agen
 		t.Fatal(err)
 	}
 	cfg := agent.Config{
-		NodeName: c.NodeName(), Client: kubernetes.NewForConfigOrDie(c.RESTConfig()),
+		NodeName: c.NodeName(), Client: agentClient(t, c),
 		ConfigMapNamespace: cmNamespace, ConfigMapName: cmName,
 		GPUs: m, DevicePluginDir: c.DevicePluginDir(), PodResourcesSocket: c.PodResourcesSocket(),
 		StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -862,4 +862,16 @@ func TestAgentDrain(t *testing.T) {
 			t.Errorf("MIG devices left: %v", uuids)
 		}
 	})
+}
+
+// agentClient is the API client carve-agent builds (kubeclient.New), for
+// the cluster c: agents in these tests talk to the API server as the
+// binary does.
+func agentClient(t *testing.T, c *cluster.Cluster) kubeclient.Interface {
+	t.Helper()
+	client, err := kubeclient.New(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/dra"
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
@@ -94,6 +95,9 @@ type draEnv struct {
 	// agent is the agent's client: the carve-agent ServiceAccount's token
 	// (agentClient).
 	agent kubernetes.Interface
+	// agentKube is the same identity through the client carve-agent
+	// builds, for the agent the test runs.
+	agentKube kubeclient.Interface
 }
 
 func (e *draEnv) create(objs ...any) {
@@ -237,7 +241,9 @@ func (e *draEnv) agentClient() kubernetes.Interface {
 	waitAllowed(e.ctx, e.t, e.cs, agentNeeds(node)[3])
 	waitAllowed(e.ctx, e.t, e.cs, draNeeds()[4])
 	pod := createTokenPod(e.ctx, e.t, e.cs, node)
-	client := tokenClient(e.t, e.c, requestToken(e.ctx, e.t, e.cs, pod))
+	token := requestToken(e.ctx, e.t, e.cs, pod)
+	client := tokenClient(e.t, e.c, token)
+	e.agentKube = tokenAgentClient(e.t, e.c, token)
 	waitPolicyInForce(e.ctx, e.t, client, node)
 	other := "other-node"
 	waitSlicePolicyInForce(e.ctx, e.t, client, &resourceapi.ResourceSlice{
@@ -253,7 +259,7 @@ func (e *draEnv) agentClient() kubernetes.Interface {
 // Role lets it.
 func (e *draEnv) startAgent() *agentRun {
 	return startAgent(e.t, e.c, e.m, func(cfg *agent.Config) {
-		cfg.Client, cfg.ConfigMapNamespace, cfg.ConfigMapName = e.agent, deployNS, profilesCM
+		cfg.Client, cfg.ConfigMapNamespace, cfg.ConfigMapName = e.agentKube, deployNS, profilesCM
 		cfg.Advertise, cfg.KubeletRootDir, cfg.CDIDir, cfg.StateDir = agent.AdvertiseDRA, e.c.KubeletRootDir(), e.c.CDIDir(), e.state
 	})
 }

@@ -43,7 +43,7 @@ func TestDRAXIDTaints(t *testing.T) {
 	policy := xidpolicy.Default()
 	policy.CriticalTaint = xidpolicy.NoExecute
 	startAgent(t, c, e.m, func(cfg *agent.Config) {
-		cfg.Client, cfg.ConfigMapNamespace, cfg.ConfigMapName = e.agent, deployNS, profilesCM
+		cfg.Client, cfg.ConfigMapNamespace, cfg.ConfigMapName = e.agentKube, deployNS, profilesCM
 		cfg.Advertise, cfg.KubeletRootDir, cfg.CDIDir, cfg.StateDir = agent.AdvertiseDRA, c.KubeletRootDir(), c.CDIDir(), e.state
 		cfg.XIDPolicy = policy
 	})

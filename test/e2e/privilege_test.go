@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,10 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/kubeclient"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
 )
@@ -177,7 +177,7 @@ func TestAgentTokenPatchesOnlyItsOwnNode(t *testing.T) {
 		tc.checkDenied(t, err)
 	})
 	t.Run("the agent's own writes pass", func(t *testing.T) {
-		agentWritesPass(ctx, t, c, agentCS)
+		agentWritesPass(ctx, t, c, tokenAgentClient(t, c, bound))
 	})
 }
 
@@ -492,6 +492,18 @@ func tokenClient(t *testing.T, c *cluster.Cluster, token string) kubernetes.Inte
 	return cs
 }
 
+// tokenAgentClient is tokenClient through the client carve-agent builds.
+func tokenAgentClient(t *testing.T, c *cluster.Cluster, token string) kubeclient.Interface {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(c.RESTConfig())
+	cfg.BearerToken = token
+	client, err := kubeclient.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
 // waitPolicyInForce waits until the API server enforces the policy on the
 // agent's client: a policy takes effect a moment after it is created. It
 // asks with a dry run of a patch the policy denies.
@@ -572,7 +584,7 @@ profiles:
 // a MIG profile, which pauses and restores the operand, and goes back to
 // whole GPUs, which removes the MIG labels. Each step shows on the Node
 // only if the policy let the agent's patches through.
-func agentWritesPass(ctx context.Context, t *testing.T, c *cluster.Cluster, client kubernetes.Interface) {
+func agentWritesPass(ctx context.Context, t *testing.T, c *cluster.Cluster, client kubeclient.Interface) {
 	t.Helper()
 	cs, node := c.Clientset(), c.NodeName()
 	if err := harness.ApplyProfiles(ctx, cs, deployNS, profilesCM, privilegeProfiles); err != nil {

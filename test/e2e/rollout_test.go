@@ -74,7 +74,7 @@ func startFleetAgent(t *testing.T, c *cluster.Cluster, a *fleetAgent) {
 		t.Fatal(err)
 	}
 	ag, err := agent.New(agent.Config{
-		NodeName: a.node, Client: kubernetes.NewForConfigOrDie(c.RESTConfig()),
+		NodeName: a.node, Client: agentClient(t, c),
 		ConfigMapNamespace: cmNamespace, ConfigMapName: fleetCM, GPUs: a.m,
 		Advertise: agent.AdvertiseNone, PodResourcesSocket: agent.PodResourcesNone, StateDir: filepath.Join(a.dir, "state"),
 		Logger:              slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/carve-dev/carve/agent"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/partition/sim"
 )
 
@@ -70,7 +71,7 @@ func agentRegistry(log *slog.Logger) (reg *prometheus.Registry, done func(), err
 	}
 	reg = agent.NewRegistry()
 	_, err = agent.New(agent.Config{
-		NodeName: "node", Client: client, ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
+		NodeName: "node", Client: clientset.Wrap(client), ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
 		GPUs: gpus, Advertise: agent.AdvertiseDevicePlugin, PodResourcesSocket: agent.PodResourcesNone,
 		Registerer: reg, Logger: log,
 	})

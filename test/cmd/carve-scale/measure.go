@@ -32,6 +32,7 @@ import (
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/partition/sim"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
@@ -438,7 +439,7 @@ func newAgent(base *rest.Config, requests *atomic.Int64, by *kinds, node, dir st
 		return nil, err
 	}
 	return agent.New(agent.Config{
-		NodeName: node, Client: client, ConfigMapNamespace: scaleNS, ConfigMapName: scaleCM, GPUs: m,
+		NodeName: node, Client: clientset.Wrap(client), ConfigMapNamespace: scaleNS, ConfigMapName: scaleCM, GPUs: m,
 		Advertise: agent.AdvertiseNone, PodResourcesSocket: agent.PodResourcesNone, StateDir: dir,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
