@@ -45,6 +45,13 @@ func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 				}
 				a.MIG = maps.Clone(e.MIG)
 			}
+			if e.Dynamic != nil {
+				if !gpu.MIGCapable {
+					ps.add(textfmt.Field(textfmt.Item(path, i), fieldDynamic), "GPU %d (%s) cannot run MIG", gpu.Index, gpuModelName(gpu))
+				}
+				a.MIG = map[string]int{} // MIG on; the instances are made for claims
+				a.Dynamic = &Dynamic{Profiles: slices.Clone(e.Dynamic.Profiles)}
+			}
 			if ts := e.TimeSlicing; ts != nil {
 				if ts.Replicas.PerProfile != nil {
 					a.MIGReplicas = maps.Clone(ts.Replicas.PerProfile)
@@ -102,8 +109,9 @@ func describeModels(entries Profile) string {
 
 // ProfileHash returns a stable hash of a profile's content: the first 16
 // hex digits of the SHA-256 of its canonical JSON (map keys sorted, GPU
-// indices sorted). Two profiles that differ only in name or in the order of
-// GPU indices hash alike. It returns "" for an unknown profile.
+// indices and dynamic MIG profiles sorted). Two profiles that differ only
+// in name or in the order of GPU indices or dynamic MIG profiles hash
+// alike. It returns "" for an unknown profile.
 func (f *File) ProfileHash(profile string) string {
 	entries, ok := f.Profiles[profile]
 	if !ok {
@@ -113,6 +121,9 @@ func (f *File) ProfileHash(profile string) string {
 	for i, e := range entries {
 		e.GPUs.Indices = slices.Clone(e.GPUs.Indices)
 		slices.Sort(e.GPUs.Indices)
+		if e.Dynamic != nil {
+			e.Dynamic = &Dynamic{Profiles: slices.Sorted(slices.Values(e.Dynamic.Profiles))}
+		}
 		canon[i] = e
 	}
 	b, err := json.Marshal(canon)
