@@ -19,8 +19,10 @@ import (
 // of the node's GPUs (written for another model) is an error, not a node
 // of whole GPUs reported as done. It is also an error, reported as an *Error
 // naming the places, when an entry lists a GPU index the node lacks, when
-// two entries select one GPU, or when an entry asks MIG of a GPU that
-// cannot run it. An unknown profile is an *UnknownProfileError.
+// two entries select one GPU, or when an entry asks MIG (mig or dynamic)
+// of a GPU that cannot run it. A dynamic GPU's Assignment has MIG on with
+// no instances, and its Dynamic. An unknown profile is an
+// *UnknownProfileError.
 func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 	entries, ok := f.Profiles[profile]
 	if !ok {
