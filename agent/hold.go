@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
-	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/internal/textfmt"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/timeslice"
@@ -56,9 +55,8 @@ func (p *pass) observeHeld() (bool, error) {
 	if !p.held {
 		return true, nil
 	}
-	want, err := desired.For(p.file, p.sel.Profile, p.node)
-	if err != nil {
-		p.unrealisable(err)
+	want, ok := p.desiredState()
+	if !ok {
 		return false, nil
 	}
 	plan, err := want.Plan(p.node, nil)

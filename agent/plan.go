@@ -5,19 +5,17 @@ import (
 	"time"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
-	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/internal/textfmt"
 )
 
 // plan resolves the selected profile on the node's GPUs and plans it with
-// the devices pods hold. A profile that does not fit ends the pass with
-// the GPUs as they are; so does a node already as wanted, which then has
-// the profile in force (and gets back the operands an apply stopped after
-// its last op left paused).
+// the devices pods hold. A profile that does not fit (or has dynamic GPUs
+// without --advertise dra) ends the pass with the GPUs as they are; so does
+// a node already as wanted, which then has the profile in force (and gets
+// back the operands an apply stopped after its last op left paused).
 func (p *pass) plan() (bool, error) {
-	want, err := desired.For(p.file, p.sel.Profile, p.node)
-	if err != nil {
-		p.unrealisable(err)
+	want, ok := p.desiredState()
+	if !ok {
 		return false, nil
 	}
 	p.want = want

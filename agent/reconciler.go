@@ -178,6 +178,11 @@ type Reconciler struct {
 	InUse InUseSource
 	// Devices advertises devices to the kubelet.
 	Devices Advertiser
+	// Advertise is how Devices reaches the kubelet (Config.Advertise; ""
+	// is AdvertiseDevicePlugin). A profile with dynamic GPUs is realised
+	// only under AdvertiseDRA; under another mode it is unrealisable and
+	// no GPU is touched.
+	Advertise string
 	// Checkpoints keeps the intent of an apply; nil keeps none.
 	Checkpoints *Checkpoints
 	// Logger logs; default slog.Default().

@@ -281,7 +281,7 @@ func newController(cfg Config, side kubeletSide, metrics *Metrics) (*Controller,
 		SlotDuration: cfg.RolloutSlotDuration, Logger: cfg.Logger,
 	}
 	ctrl.Reconciler = &Reconciler{
-		Lib: cfg.GPUs, InUse: side.inUse, Devices: side.devices,
+		Lib: cfg.GPUs, InUse: side.inUse, Devices: side.devices, Advertise: cfg.Advertise,
 		Checkpoints: cps, Logger: cfg.Logger, Clock: cfg.Clock, DrainRetry: cfg.DrainRetry,
 		Hooks:  Hooks{BeforeApply: ctrl.RecordApplying, AfterOp: cfg.AfterOp, RecordChange: ctrl.RecordChange},
 		Labels: cfg.Labels, Operands: operandsOf(cfg), OperandNames: cfg.PauseOperands,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
@@ -50,6 +51,49 @@ func TestExampleValidatesAgainstCatalogue(t *testing.T) {
 		as, err := f.Resolve(name, node)
 		if err != nil || len(as) != len(node) {
 			t.Errorf("Resolve(%s) = %d assignments, %v", name, len(as), err)
+		}
+	}
+}
+
+// The hybrid example is valid on the machine it is written for, and its
+// GPUs 4-7 (all of them in all-dynamic) resolve dynamic: MIG on, no
+// instances of the profile's own.
+func TestHybridExample(t *testing.T) {
+	data, err := os.ReadFile("examples/hybrid.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Parse(data)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	g := partition.NewGeometry(partition.Catalogue())
+	node := dgx(t, "H100-80GB", 8)
+	for _, gpus := range [][]configs.GPU{nil, node} {
+		if err := f.Validate(g, gpus); err != nil {
+			t.Errorf("Validate(%d GPUs): %v", len(gpus), err)
+		}
+	}
+	for name, firstDynamic := range map[string]int{"hybrid": 4, "all-dynamic": 0} {
+		as, err := f.Resolve(name, node)
+		if err != nil {
+			t.Fatalf("Resolve(%s): %v", name, err)
+		}
+		var dynamic []int
+		for _, a := range as {
+			if a.Dynamic != nil {
+				dynamic = append(dynamic, a.GPU)
+				if a.MIG == nil || len(a.MIG) != 0 {
+					t.Errorf("%s: dynamic GPU %d has MIG %v, want on with no instances", name, a.GPU, a.MIG)
+				}
+			}
+		}
+		want := []int{}
+		for i := firstDynamic; i < 8; i++ {
+			want = append(want, i)
+		}
+		if diff := cmp.Diff(want, dynamic, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: dynamic GPUs (-want +got):\n%s", name, diff)
 		}
 	}
 }

@@ -71,6 +71,9 @@ func FuzzParse(f *testing.F) {
 		"version: v1\nprofiles: {p: [{gpus: all, model: H100-80GB, mig: {1g.10gb: 8}}], q: [{gpus: [1], mig: {3g.40gb: 3}}]}\n",
 		"version: v1\nprofiles: {p: [{gpus: all, model: A30, mig: {1g.6gb: 2, 2g.12gb: 2}}], q: [{gpus: [0], mig: {1g.20gb: 5}}]}\n",
 		"version: v1\nprofiles: {p: [{gpus: all, mig: {2g.20gb: 4, 1g.10gb: 1}}], q: [{gpus: all, mig: {4g.40gb: 2}}]}\n",
+		// Dynamic GPUs: every profile, some, and what is refused.
+		"version: v1\nprofiles: {h: [{gpus: [0, 1], mig: {1g.10gb: 7}}, {gpus: [2, 3], dynamic: {profiles: [1g.10gb, 3g.40gb, 7g.80gb]}}], d: [{gpus: all, model: A30, dynamic: {}}]}\n",
+		"version: v1\nprofiles: {p: [{gpus: all, mig: {}, dynamic: {profiles: [1g.5gb, 1g.5gb, 2g.100gb]}, timeSlicing: {replicas: 2}}]}\n",
 	} {
 		f.Add([]byte(src))
 	}
@@ -201,6 +204,13 @@ func marshalFile(f *File) ([]byte, error) {
 					tm[fieldFailRequests] = true
 				}
 				m[fieldTimeSlicing] = tm
+			}
+			if dyn := e.Dynamic; dyn != nil {
+				dm := map[string]any{}
+				if dyn.Profiles != nil {
+					dm[fieldProfiles] = dyn.Profiles
+				}
+				m[fieldDynamic] = dm
 			}
 			entries = append(entries, m)
 		}

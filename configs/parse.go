@@ -47,6 +47,7 @@ const (
 	fieldModel          = "model"
 	fieldMIG            = "mig"
 	fieldTimeSlicing    = "timeSlicing"
+	fieldDynamic        = "dynamic"
 	fieldReplicas       = "replicas"
 	fieldRenameShared   = "renameShared"
 	fieldFailRequests   = "failRequestsGreaterThanOne"
@@ -309,7 +310,7 @@ func (d *decoder) profiles(path string, v any) (map[string]Profile, bool) {
 
 func (d *decoder) entry(path string, v any) Entry {
 	var e Entry
-	m, ok := d.fields(path, v, fieldGPUs, fieldModel, fieldMIG, fieldTimeSlicing)
+	m, ok := d.fields(path, v, fieldGPUs, fieldModel, fieldMIG, fieldTimeSlicing, fieldDynamic)
 	if !ok {
 		return e
 	}
@@ -334,7 +335,61 @@ func (d *decoder) entry(path string, v any) Entry {
 	if raw, ok := m[fieldTimeSlicing]; ok {
 		e.TimeSlicing = d.timeSlicing(textfmt.Field(path, fieldTimeSlicing), raw, e.MIG)
 	}
+	if raw, ok := m[fieldDynamic]; ok {
+		p := textfmt.Field(path, fieldDynamic)
+		e.Dynamic = d.dynamic(p, raw)
+		if _, ok := m[fieldMIG]; ok {
+			d.ps.add(p, "dynamic excludes mig: the MIG instances of a dynamic GPU are made for the claims given its devices; keep one of them")
+		}
+		if _, ok := m[fieldTimeSlicing]; ok {
+			d.ps.add(p, "dynamic excludes timeSlicing: each MIG device of a dynamic GPU is made for one claim; keep one of them")
+		}
+	}
 	return e
+}
+
+// dynamic decodes the on-demand MIG of an entry: {} for every MIG profile
+// of the model, or {profiles: [...]} for some.
+func (d *decoder) dynamic(path string, v any) *Dynamic {
+	if v == nil {
+		d.ps.add(path, "must be a mapping: {} for every MIG profile of the GPU's model, or {profiles: [1g.10gb, ...]} for some")
+		return &Dynamic{}
+	}
+	m, ok := d.fields(path, v, fieldProfiles)
+	if !ok {
+		return &Dynamic{}
+	}
+	raw, ok := m[fieldProfiles]
+	if !ok {
+		return &Dynamic{}
+	}
+	p := textfmt.Field(path, fieldProfiles)
+	l, ok := d.list(p, raw)
+	if !ok {
+		return &Dynamic{}
+	}
+	if len(l) == 0 {
+		d.ps.add(p, "must name at least one MIG profile; leave profiles out to offer every profile of the GPU's model")
+	}
+	dyn := &Dynamic{Profiles: make([]string, 0, len(l))}
+	first := make(map[string]int, len(l))
+	for i, item := range l {
+		ip := textfmt.Item(p, i)
+		name, ok := d.nonEmpty(ip, item)
+		switch {
+		case !ok:
+		case strings.HasPrefix(name, "nvidia.com/mig-"):
+			d.ps.add(ip, "write the MIG profile name alone, e.g. %s", strings.TrimPrefix(name, "nvidia.com/mig-"))
+		default:
+			if j, dup := first[name]; dup {
+				d.ps.add(ip, "%s is listed twice (also %s)", name, textfmt.Item(p, j))
+				continue
+			}
+			first[name] = i
+			dyn.Profiles = append(dyn.Profiles, name)
+		}
+	}
+	return dyn
 }
 
 func (d *decoder) gpus(path string, v any) GPUSelector {

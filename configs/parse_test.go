@@ -32,6 +32,11 @@ profiles:
       mig: {1g.10gb: 7}
     - gpus: [4, 5, 6, 7]
       timeSlicing: {replicas: 2, renameShared: true}   # advertise nvidia.com/gpu.shared
+  hybrid:
+    - gpus: [0, 1, 2, 3]
+      mig: {1g.10gb: 7}
+    - gpus: [4, 5, 6, 7]
+      dynamic: {profiles: [1g.10gb, 3g.40gb, 7g.80gb]}  # MIG devices made for DRA claims; {} for every profile
 rules:                        # choose by node labels when no label pins a profile
   - nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
     profile: balanced
@@ -85,6 +90,10 @@ func TestParseSpecExample(t *testing.T) {
 			"split": {
 				{GPUs: GPUSelector{Indices: []int{0, 1, 2, 3}}, MIG: map[string]int{"1g.10gb": 7}},
 				{GPUs: GPUSelector{Indices: []int{4, 5, 6, 7}}, TimeSlicing: &TimeSlicing{Replicas: Replicas{Count: 2}, RenameShared: true}},
+			},
+			"hybrid": {
+				{GPUs: GPUSelector{Indices: []int{0, 1, 2, 3}}, MIG: map[string]int{"1g.10gb": 7}},
+				{GPUs: GPUSelector{Indices: []int{4, 5, 6, 7}}, Dynamic: &Dynamic{Profiles: []string{"1g.10gb", "3g.40gb", "7g.80gb"}}},
 			},
 		},
 		Rules: []Rule{{NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, Profile: "balanced"}},

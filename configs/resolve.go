@@ -19,8 +19,10 @@ import (
 // of the node's GPUs (written for another model) is an error, not a node
 // of whole GPUs reported as done. It is also an error, reported as an *Error
 // naming the places, when an entry lists a GPU index the node lacks, when
-// two entries select one GPU, or when an entry asks MIG of a GPU that
-// cannot run it. An unknown profile is an *UnknownProfileError.
+// two entries select one GPU, or when an entry asks MIG (mig or dynamic)
+// of a GPU that cannot run it. A dynamic GPU's Assignment has MIG on with
+// no instances, and its Dynamic. An unknown profile is an
+// *UnknownProfileError.
 func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 	entries, ok := f.Profiles[profile]
 	if !ok {
@@ -44,6 +46,13 @@ func (f *File) Resolve(profile string, gpus []GPU) ([]Assignment, error) {
 					ps.add(textfmt.Field(textfmt.Item(path, i), fieldMIG), "GPU %d (%s) cannot run MIG", gpu.Index, gpuModelName(gpu))
 				}
 				a.MIG = maps.Clone(e.MIG)
+			}
+			if e.Dynamic != nil {
+				if !gpu.MIGCapable {
+					ps.add(textfmt.Field(textfmt.Item(path, i), fieldDynamic), "GPU %d (%s) cannot run MIG", gpu.Index, gpuModelName(gpu))
+				}
+				a.MIG = map[string]int{} // MIG on; the instances are made for claims
+				a.Dynamic = &Dynamic{Profiles: slices.Clone(e.Dynamic.Profiles)}
 			}
 			if ts := e.TimeSlicing; ts != nil {
 				if ts.Replicas.PerProfile != nil {
@@ -102,8 +111,9 @@ func describeModels(entries Profile) string {
 
 // ProfileHash returns a stable hash of a profile's content: the first 16
 // hex digits of the SHA-256 of its canonical JSON (map keys sorted, GPU
-// indices sorted). Two profiles that differ only in name or in the order of
-// GPU indices hash alike. It returns "" for an unknown profile.
+// indices and dynamic MIG profiles sorted). Two profiles that differ only
+// in name or in the order of GPU indices or dynamic MIG profiles hash
+// alike. It returns "" for an unknown profile.
 func (f *File) ProfileHash(profile string) string {
 	entries, ok := f.Profiles[profile]
 	if !ok {
@@ -113,6 +123,9 @@ func (f *File) ProfileHash(profile string) string {
 	for i, e := range entries {
 		e.GPUs.Indices = slices.Clone(e.GPUs.Indices)
 		slices.Sort(e.GPUs.Indices)
+		if e.Dynamic != nil {
+			e.Dynamic = &Dynamic{Profiles: slices.Sorted(slices.Values(e.Dynamic.Profiles))}
+		}
 		canon[i] = e
 	}
 	b, err := json.Marshal(canon)

@@ -128,10 +128,10 @@ func TestResolveUnknownProfile(t *testing.T) {
 	if !errors.As(err, &uerr) || uerr.Name != "balancd" {
 		t.Fatalf("Resolve(unknown) = %v", err)
 	}
-	if diff := cmp.Diff([]string{"balanced", "full", "shared-4", "split"}, uerr.Known); diff != "" {
+	if diff := cmp.Diff([]string{"balanced", "full", "hybrid", "shared-4", "split"}, uerr.Known); diff != "" {
 		t.Errorf("known profiles (-want +got):\n%s", diff)
 	}
-	want := `unknown profile "balancd" (did you mean balanced?); known profiles: balanced, full, shared-4, split`
+	want := `unknown profile "balancd" (did you mean balanced?); known profiles: balanced, full, hybrid, shared-4, split`
 	if err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)
 	}

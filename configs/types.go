@@ -108,6 +108,19 @@ type Entry struct {
 	MIG map[string]int `json:"mig"`
 	// TimeSlicing, when set, shares the devices of the selected GPUs.
 	TimeSlicing *TimeSlicing `json:"timeSlicing,omitempty"`
+	// Dynamic, when set, makes the selected GPUs dynamic (on-demand MIG):
+	// MIG on with no instances of the profile's own, their MIG devices
+	// offered through DRA and made for the claims that are allocated them.
+	// It excludes MIG and TimeSlicing, and needs carve-agent --advertise
+	// dra.
+	Dynamic *Dynamic `json:"dynamic,omitempty"`
+}
+
+// Dynamic is the on-demand MIG of an entry.
+type Dynamic struct {
+	// Profiles are the MIG profiles offered ("1g.10gb"), in the file's
+	// order and each once; nil offers every MIG profile of the GPU's model.
+	Profiles []string `json:"profiles,omitempty"`
 }
 
 // GPUSelector selects GPUs by index: all of them, or a list.
@@ -266,4 +279,9 @@ type Assignment struct {
 	// FailRequestsGreaterThanOne makes the plugin reject requests for more
 	// than one shared device.
 	FailRequestsGreaterThanOne bool
+	// Dynamic is the on-demand MIG of a dynamic GPU (MIG then is an empty
+	// map: MIG on, no instances of the profile's own), nil for a GPU that
+	// is not dynamic. Its Profiles are the MIG profiles a claim may be
+	// given on the GPU; nil means every profile of the GPU's model.
+	Dynamic *Dynamic
 }

@@ -11,13 +11,14 @@ import (
 	"github.com/carve-dev/carve/internal/textfmt"
 )
 
-// Validate checks the MIG geometry of every profile entry with mig against
-// g, and reports every problem at once as an *Error.
+// Validate checks the MIG geometry of every profile entry with mig or
+// dynamic against g, and reports every problem at once as an *Error.
 //
 // With the GPUs of a node (gpus not nil), each entry is checked on the
 // models of the GPUs it selects there: GPU indices the node lacks, GPUs
-// that two entries select, MIG on GPUs that cannot run it, MIG profiles the
-// model lacks, and sets of instances that do not fit (g.Fit).
+// that two entries select, MIG (mig or dynamic) on GPUs that cannot run
+// it, MIG profiles the model lacks, and sets of instances that do not fit
+// (g.Fit).
 //
 // Without a node (gpus nil), an entry with a model filter is checked on
 // every model of g the filter matches (a filter that matches none
@@ -157,10 +158,14 @@ func gpuModelName(gpu GPU) string {
 func checkNode(ps *problems, path string, entries Profile, g Geometry, models []GPUModel, gpus []GPU) {
 	byGPU := matchNode(ps, path, entries, gpus)
 	for i, e := range entries {
-		if e.MIG == nil {
+		if e.MIG == nil && e.Dynamic == nil {
 			continue
 		}
-		p := textfmt.Field(textfmt.Item(path, i), fieldMIG)
+		field := fieldMIG
+		if e.Dynamic != nil {
+			field = fieldDynamic
+		}
+		p := textfmt.Field(textfmt.Item(path, i), field)
 		capable := map[string][]int{}   // model -> GPU indices
 		incapable := map[string][]int{} // model -> GPU indices
 		for _, gpu := range gpus {
@@ -184,11 +189,14 @@ func checkNode(ps *problems, path string, entries Profile, g Geometry, models []
 			sort.Ints(idx)
 			where := fmt.Sprintf(" (%s)", textfmt.GPUs(idx))
 			m, ok := findModel(models, name)
-			if !ok {
+			switch {
+			case !ok:
 				ps.add(p, "no MIG geometry is known for %s%s", name, where)
-				continue
+			case e.Dynamic != nil:
+				checkDynamic(ps, p, m, e.Dynamic, where)
+			default:
+				checkMIG(ps, p, g, m, e.MIG, where)
 			}
-			checkMIG(ps, p, g, m, e.MIG, where)
 		}
 	}
 }
@@ -209,78 +217,115 @@ func checkModels(ps *problems, path string, entries Profile, g Geometry, models 
 		keys[i] = m.Key
 	}
 	for i, e := range entries {
-		if e.MIG == nil {
-			checkSharingModel(ps, textfmt.Field(textfmt.Item(path, i), fieldModel), e.Model, models, keys)
-			continue
-		}
-		p := textfmt.Field(textfmt.Item(path, i), fieldMIG)
-		var cands []GPUModel
-		if e.Model != "" {
-			for _, m := range models {
-				if MatchModel(e.Model, m) {
-					cands = append(cands, m)
-				}
-			}
-			if len(cands) == 0 {
-				ps.unverified(textfmt.Field(textfmt.Item(path, i), fieldModel), "%q matches no GPU model known here (known: %s); the entry is checked only on nodes that have such a GPU", e.Model, strings.Join(keys, ", "))
-				continue
-			}
-		} else {
-			names := sortedKeys(e.MIG)
-			if len(names) == 0 {
-				continue
-			}
-			var has []string
-			anyKnown := false
-			for _, m := range models {
-				var known []string
-				for _, n := range names {
-					if slices.Contains(m.Profiles, n) {
-						known = append(known, n)
-					}
-				}
-				if len(known) == len(names) {
-					cands = append(cands, m)
-				}
-				anyKnown = anyKnown || len(known) > 0
-				if len(known) == 0 {
-					known = []string{"none of them"}
-				}
-				has = append(has, m.Key+" has "+strings.Join(known, ", "))
-			}
-			if len(cands) == 0 && !anyKnown {
-				ps.unverified(p, "no GPU model known here has any of %s; the entry is checked only on nodes whose GPUs have them", strings.Join(names, ", "))
-				continue
-			}
-			if len(cands) == 0 {
-				ps.add(p, "no known GPU model has all of %s (%s); add a model filter or fix the names",
-					strings.Join(names, ", "), strings.Join(has, "; "))
-				continue
-			}
-		}
-		if e.Model != "" {
-			for _, m := range cands {
-				checkMIG(ps, p, g, m, e.MIG, "")
-			}
-			continue
-		}
-		// Without a filter or a node, the entry is fine if some model that
-		// has its profiles can hold it; the node's own GPUs are checked
-		// when it is applied (and with carvectl validate --gpus).
-		var why []string
-		for _, m := range cands {
-			err := g.Fit(m.Key, e.MIG)
-			if err == nil {
-				why = nil
-				break
-			}
-			why = append(why, fmt.Sprintf("on %s: %v", m.Key, err))
-		}
-		if len(why) > 0 {
-			ps.add(p, "%s cannot be placed on any known GPU model (%s)", describeMIG(e.MIG), strings.Join(why, "; "))
+		ep := textfmt.Item(path, i)
+		switch {
+		case e.Dynamic != nil:
+			checkDynamicModels(ps, ep, e, models, keys)
+		case e.MIG == nil:
+			checkSharingModel(ps, textfmt.Field(ep, fieldModel), e.Model, models, keys)
+		default:
+			checkMIGModels(ps, ep, e, g, models, keys)
 		}
 	}
 	checkModelOverlaps(ps, path, entries, models)
+}
+
+// checkMIGModels checks the mig of the entry at path without a node: on
+// every model its filter matches, or, without a filter, that some model
+// that has its MIG profiles can hold its instances.
+func checkMIGModels(ps *problems, path string, e Entry, g Geometry, models []GPUModel, keys []string) {
+	p := textfmt.Field(path, fieldMIG)
+	cands, ok := candidates(ps, path, p, e.Model, sortedKeys(e.MIG), models, keys)
+	if !ok {
+		return
+	}
+	if e.Model != "" {
+		for _, m := range cands {
+			checkMIG(ps, p, g, m, e.MIG, "")
+		}
+		return
+	}
+	// Without a filter or a node, the entry is fine if some model that
+	// has its profiles can hold it; the node's own GPUs are checked when
+	// it is applied (and with carvectl validate --gpus).
+	var why []string
+	for _, m := range cands {
+		err := g.Fit(m.Key, e.MIG)
+		if err == nil {
+			return
+		}
+		why = append(why, fmt.Sprintf("on %s: %v", m.Key, err))
+	}
+	ps.add(p, "%s cannot be placed on any known GPU model (%s)", describeMIG(e.MIG), strings.Join(why, "; "))
+}
+
+// checkDynamicModels checks the dynamic MIG profiles of the entry at path
+// without a node: on every model its filter matches, or, without a
+// filter, that some model has them all.
+func checkDynamicModels(ps *problems, path string, e Entry, models []GPUModel, keys []string) {
+	p := textfmt.Field(path, fieldDynamic)
+	names := slices.Sorted(slices.Values(e.Dynamic.Profiles))
+	cands, ok := candidates(ps, path, textfmt.Field(p, fieldProfiles), e.Model, names, models, keys)
+	if !ok || e.Model == "" {
+		return
+	}
+	for _, m := range cands {
+		checkDynamic(ps, p, m, e.Dynamic, "")
+	}
+}
+
+// candidates returns the models an entry at path may land on, judged
+// without a node: those its model filter matches, or, without a filter,
+// those that have all of its MIG profile names (at the place p). It
+// reports an entry for no model known here as unverified, and one whose
+// names no model has all of as a problem, and then returns false; it
+// returns false too for an entry without a filter or names, which has
+// nothing to check without a node.
+func candidates(ps *problems, path, p, filter string, names []string, models []GPUModel, keys []string) ([]GPUModel, bool) {
+	var cands []GPUModel
+	if filter != "" {
+		for _, m := range models {
+			if MatchModel(filter, m) {
+				cands = append(cands, m)
+			}
+		}
+		if len(cands) == 0 {
+			ps.unverified(textfmt.Field(path, fieldModel), "%q matches no GPU model known here (known: %s); the entry is checked only on nodes that have such a GPU", filter, strings.Join(keys, ", "))
+			return nil, false
+		}
+		return cands, true
+	}
+	if len(names) == 0 {
+		return nil, false
+	}
+	var has []string
+	anyKnown := false
+	for _, m := range models {
+		var known []string
+		for _, n := range names {
+			if slices.Contains(m.Profiles, n) {
+				known = append(known, n)
+			}
+		}
+		if len(known) == len(names) {
+			cands = append(cands, m)
+		}
+		anyKnown = anyKnown || len(known) > 0
+		if len(known) == 0 {
+			known = []string{"none of them"}
+		}
+		has = append(has, m.Key+" has "+strings.Join(known, ", "))
+	}
+	switch {
+	case len(cands) == 0 && !anyKnown:
+		ps.unverified(p, "no GPU model known here has any of %s; the entry is checked only on nodes whose GPUs have them", strings.Join(names, ", "))
+		return nil, false
+	case len(cands) == 0:
+		ps.add(p, "no known GPU model has all of %s (%s); add a model filter or fix the names",
+			strings.Join(names, ", "), strings.Join(has, "; "))
+		return nil, false
+	}
+	return cands, true
 }
 
 // checkSharingModel notes the model filter of an entry without MIG when it
@@ -323,6 +368,17 @@ func checkMIG(ps *problems, path string, g Geometry, m GPUModel, mig map[string]
 	}
 	if err := g.Fit(m.Key, mig); err != nil {
 		ps.add(path, "%s cannot be placed on %s%s: %v", describeMIG(mig), m.Key, where, err)
+	}
+}
+
+// checkDynamic checks that a model has the dynamic MIG profiles of an
+// entry, reporting each it lacks at its place in the list (p is the
+// entry's dynamic field).
+func checkDynamic(ps *problems, p string, m GPUModel, dyn *Dynamic, where string) {
+	for k, name := range dyn.Profiles {
+		if !slices.Contains(m.Profiles, name) {
+			ps.add(textfmt.Item(textfmt.Field(p, fieldProfiles), k), "%s is not a MIG profile of %s%s; it has %s", name, m.Key, where, strings.Join(m.Profiles, ", "))
+		}
 	}
 }
 

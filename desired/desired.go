@@ -2,6 +2,8 @@ package desired
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/carve-dev/carve/configs"
 	"github.com/carve-dev/carve/partition"
@@ -22,6 +24,14 @@ type State struct {
 	Targets map[int]partition.Target
 	// Sharing are the time-slicing settings by GPU index.
 	Sharing map[int]timeslice.Sharing
+	// Dynamic are the dynamic GPUs (on-demand MIG) by GPU index, each with
+	// the MIG profiles, in the file's order, that claims may be given on
+	// it: those its entry lists, or every profile of its model. Their
+	// Targets are MIG on with no instances (see Targets); their MIG devices
+	// are to be offered through DRA and made for the claims allocated
+	// them, so a profile with dynamic GPUs is realised only by an agent
+	// that runs --advertise dra. Nil when the profile has none.
+	Dynamic map[int][]string
 }
 
 // CheckFile checks a whole profile file as it must hold on every node of a
@@ -52,7 +62,35 @@ func For(f *configs.File, profile string, node partition.Node) (State, error) {
 		Hash:    f.ProfileHash(profile),
 		Targets: Targets(assignments),
 		Sharing: SharingFrom(assignments),
+		Dynamic: dynamicProfiles(assignments, node),
 	}, nil
+}
+
+// dynamicProfiles lists, per dynamic GPU, the MIG profiles claims may be
+// given there: its entry's, or every profile of its model (which the
+// profile's validation on the node made sure is known). Nil when no GPU
+// is dynamic.
+func dynamicProfiles(as []configs.Assignment, node partition.Node) map[int][]string {
+	var out map[int][]string
+	for _, a := range as {
+		if a.Dynamic == nil {
+			continue
+		}
+		if out == nil {
+			out = map[int][]string{}
+		}
+		names := slices.Clone(a.Dynamic.Profiles)
+		if m, ok := node.Models[a.GPU]; ok && names == nil {
+			names = m.ProfileNames()
+		}
+		out[a.GPU] = names
+	}
+	return out
+}
+
+// DynamicGPUs returns the indices of the dynamic GPUs, sorted.
+func (s State) DynamicGPUs() []int {
+	return slices.Sorted(maps.Keys(s.Dynamic))
 }
 
 // Plan plans the node's GPUs to the state; devices in inUse (MIG device
@@ -84,13 +122,28 @@ func ConfigGPUs(n partition.Node) []configs.GPU {
 	return out
 }
 
-// Targets turns a resolved profile into planner targets by GPU index.
+// Targets turns a resolved profile into planner targets by GPU index; a
+// dynamic GPU's is dynamicTarget's.
 func Targets(as []configs.Assignment) map[int]partition.Target {
 	t := make(map[int]partition.Target, len(as))
 	for _, a := range as {
+		if a.Dynamic != nil {
+			t[a.GPU] = dynamicTarget(a)
+			continue
+		}
 		t[a.GPU] = partition.Target{MIG: a.MIG}
 	}
 	return t
+}
+
+// dynamicTarget is the planner target of a dynamic GPU: MIG on, with no
+// instances of the profile's own, so that a GPU turning dynamic has the
+// instances it holds destroyed as part of that change (under the drain
+// policy, as any destroy). It is the one place that says what a dynamic
+// GPU is planned to: instances made for claims, once there are such, are
+// to be kept out of the destroys here.
+func dynamicTarget(configs.Assignment) partition.Target {
+	return partition.Target{MIG: map[string]int{}}
 }
 
 // SharingFrom turns a resolved profile into sharing settings by GPU index.

@@ -111,3 +111,97 @@ func TestForPlanResources(t *testing.T) {
 		t.Errorf("resources once planned (-want +got):\n%s", diff)
 	}
 }
+
+// hybrid turns GPUs 2 and 3 of a node that holds 3g.40gb x2 on every GPU
+// (static) into dynamic GPUs: one limited to two profiles, one with every
+// profile of its model.
+const hybrid = `version: v1
+profiles:
+  static:
+    - gpus: all
+      mig: {3g.40gb: 2}
+  hybrid:
+    - gpus: [0, 1]
+      mig: {3g.40gb: 2}
+    - gpus: [2]
+      dynamic: {profiles: [3g.40gb, 1g.10gb]}
+    - gpus: [3]
+      dynamic: {}
+`
+
+// TestForDynamic: a dynamic GPU's target is MIG on with no instances, the
+// state keeps the profiles its claims may be given, and a GPU turning
+// dynamic has the instances it holds destroyed by the plan, nothing made.
+func TestForDynamic(t *testing.T) {
+	m, err := sim.New("h100-80gb*4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Init(); err != nil {
+		t.Fatal(err)
+	}
+	node, err := partition.ReadNode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := configs.Parse([]byte(hybrid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	static, err := For(f, "static", node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if static.Dynamic != nil || static.DynamicGPUs() != nil {
+		t.Errorf("a static profile has dynamic GPUs %v", static.Dynamic)
+	}
+	plan, err := static.Plan(node, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gp := range plan.GPUs {
+		if err := (&partition.Applier{Lib: m}).Apply(t.Context(), gp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if node, err = partition.ReadNode(m); err != nil {
+		t.Fatal(err)
+	}
+
+	want, err := For(f, "hybrid", node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := map[string]int{"3g.40gb": 2}
+	if diff := cmp.Diff(map[int]partition.Target{0: {MIG: two}, 1: {MIG: two}, 2: {MIG: map[string]int{}}, 3: {MIG: map[string]int{}}}, want.Targets); diff != "" {
+		t.Errorf("targets (-want +got):\n%s", diff)
+	}
+	every := []string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}
+	if diff := cmp.Diff(map[int][]string{2: {"3g.40gb", "1g.10gb"}, 3: every}, want.Dynamic); diff != "" {
+		t.Errorf("dynamic GPUs and their profiles (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int{2, 3}, want.DynamicGPUs()); diff != "" {
+		t.Errorf("DynamicGPUs (-want +got):\n%s", diff)
+	}
+	plan, err = want.Plan(node, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int][]partition.OpKind{}
+	for _, gp := range plan.GPUs {
+		for _, op := range gp.Ops {
+			got[gp.Index] = append(got[gp.Index], op.Kind)
+		}
+	}
+	destroyBoth := []partition.OpKind{partition.OpDestroyCI, partition.OpDestroyCI, partition.OpDestroyGI, partition.OpDestroyGI}
+	if diff := cmp.Diff(map[int][]partition.OpKind{2: destroyBoth, 3: destroyBoth}, got); diff != "" {
+		t.Errorf("ops of the change to hybrid (-want +got):\n%s", diff)
+	}
+	res, err := want.Resources(node, plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{"nvidia.com/mig-3g.40gb": 4}, res.Counts()); diff != "" {
+		t.Errorf("resources once planned (-want +got):\n%s", diff)
+	}
+}

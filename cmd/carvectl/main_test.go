@@ -349,3 +349,45 @@ windows:
 		t.Errorf("bad --for: exit %d", code)
 	}
 }
+
+const hybridExample = "../../configs/examples/hybrid.yaml"
+
+// TestValidateDynamic: entries with dynamic GPUs are valid and noted as
+// needing nodes that run --advertise dra, which the file cannot say.
+func TestValidateDynamic(t *testing.T) {
+	code, out, errOut := carvectl("validate", "-f", hybridExample, "--gpus", "sim:dgx-h100")
+	if code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"hybrid.yaml: note: profiles.all-dynamic[0].dynamic: dynamic GPUs (MIG devices made on demand for DRA claims) need nodes whose agent runs --advertise dra; ",
+		"hybrid.yaml: note: profiles.hybrid[1].dynamic: dynamic GPUs ",
+		"; 2 entries with dynamic GPUs need nodes running --advertise dra (above)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, out, _ := carvectl("validate", "-f", example); strings.Contains(out, "note:") || strings.Contains(out, "dynamic") {
+		t.Errorf("a file without dynamic GPUs is noted:\n%s", out)
+	}
+}
+
+// TestPlanDynamic: the plan shows a dynamic GPU as MIG on with no
+// instances, and says which devices are made on demand.
+func TestPlanDynamic(t *testing.T) {
+	code, out, errOut := carvectl("plan", "-f", hybridExample, "--profile", "hybrid", "--gpus", "sim:dgx-h100")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+	_, gpu4, _ := strings.Cut(out, "\nGPU 4 ")
+	gpu4, _, _ = strings.Cut(gpu4, "\nGPU 5 ")
+	want := "  dynamic: MIG on, no instances of the profile's own; 1g.10gb, 3g.40gb, 7g.80gb devices are made on demand for DRA claims (needs --advertise dra)\n" +
+		"  operations:\n     1. enable-mig\n     2. reset-gpu\n"
+	if _, rest, _ := strings.Cut(gpu4, "\n"); rest != want {
+		t.Errorf("GPU 4 of the plan:\n%s\nwant:\n%s", rest, want)
+	}
+	if strings.Count(out, "  dynamic: ") != 4 {
+		t.Errorf("want 4 dynamic GPUs (4-7) in the plan:\n%s", out)
+	}
+}

@@ -91,7 +91,7 @@ func runPlan(args []string, stdout, stderr io.Writer, newClient statusClientFunc
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	if err := writePlanTable(stdout, out, plan, node, nil); err != nil {
+	if err := writePlanTable(stdout, out, plan, node, want.Dynamic, nil); err != nil {
 		return err
 	}
 	var ops []partition.Op
@@ -106,12 +106,16 @@ func runPlan(args []string, stdout, stderr io.Writer, newClient statusClientFunc
 	return nil
 }
 
-// writePlanTable writes the plan as a table; holders names the pods that
-// hold each device in use, where known (nil otherwise).
-func writePlanTable(w io.Writer, out carvev1.PlanDocument, plan partition.NodePlan, node partition.Node, holders map[string][]string) error {
+// writePlanTable writes the plan as a table; dynamic are the dynamic GPUs
+// with the MIG profiles they offer (desired.State.Dynamic), holders names
+// the pods that hold each device in use, where known (nil otherwise).
+func writePlanTable(w io.Writer, out carvev1.PlanDocument, plan partition.NodePlan, node partition.Node, dynamic map[int][]string, holders map[string][]string) error {
 	fmt.Fprintf(w, "Profile %q on %s (%s)\n", out.Profile, describeNode(node), out.GPUs)
 	for _, p := range plan.GPUs {
 		fmt.Fprintf(w, "\nGPU %d  %s  %s  MIG %s\n", p.Index, p.Model, p.UUID, modeChange(p))
+		if profiles, ok := dynamic[p.Index]; ok {
+			fmt.Fprintf(w, "  dynamic: MIG on, no instances of the profile's own; %s devices are made on demand for DRA claims (needs --advertise dra)\n", strings.Join(profiles, ", "))
+		}
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		if len(p.Instances) > 0 {
 			fmt.Fprintln(tw, "  INSTANCE\tPLACEMENT\tSTATUS\tUUID")

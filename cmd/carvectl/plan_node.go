@@ -102,7 +102,7 @@ func runPlanNode(q nodePlanQuery, kubeconfig string, stdout, stderr io.Writer, n
 		return enc.Encode(out)
 	}
 	fmt.Fprintf(stdout, "Node %s, as its record of %s says (generation %d); profile %s %s.\n\n", q.node, orDash(n.rec.LastTransition), n.rec.Generation, profile, why)
-	if err := writePlanTable(stdout, out, plan, n.gpus, holders(n.rec.InUse)); err != nil {
+	if err := writePlanTable(stdout, out, plan, n.gpus, want.Dynamic, holders(n.rec.InUse)); err != nil {
 		return err
 	}
 	writeNodeNotes(stdout, n, f, plan, q.now)

@@ -50,6 +50,7 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	if len(unverified) > 0 {
 		note = fmt.Sprintf("; %s for GPU models not known here checked only on nodes that have them", entries(len(unverified)))
 	}
+	note += noteDynamic(stdout, filepath.Base(*file), f)
 	if none := f.SelectingNone(cgpus); len(none) > 0 {
 		for _, name := range none {
 			fmt.Fprintf(stdout, "%s: profiles.%s: selects none of these GPUs: a node of this kind given it stays as it is, state failed (keep it off these nodes with rules and labels)\n", filepath.Base(*file), name)
@@ -58,6 +59,23 @@ func runValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: valid: %s, checked against %s%s\n", filepath.Base(*file), summarize(f), against, note)
 	return nil
+}
+
+// noteDynamic notes each entry with dynamic GPUs, which only an agent that
+// runs --advertise dra realises (a file does not say which nodes run
+// that), and returns what the summary adds for them.
+func noteDynamic(w io.Writer, base string, f *configs.File) string {
+	places := f.DynamicPlaces()
+	for _, place := range places {
+		fmt.Fprintf(w, "%s: note: %s: dynamic GPUs (MIG devices made on demand for DRA claims) need nodes whose agent runs --advertise dra; elsewhere a node given this profile reports it unrealisable and keeps its GPUs as they are\n", base, place)
+	}
+	switch len(places) {
+	case 0:
+		return ""
+	case 1:
+		return "; 1 entry with dynamic GPUs needs nodes running --advertise dra (above)"
+	}
+	return fmt.Sprintf("; %d entries with dynamic GPUs need nodes running --advertise dra (above)", len(places))
 }
 
 // loadFile reads and parses a profiles file; parse problems are printed one
