@@ -18,7 +18,47 @@ type PreparedClaims struct {
 	Version int `json:"version"`
 	// Claims by claim UID.
 	Claims map[string]PreparedClaim `json:"claims"`
+	// Instances are the MIG devices the driver makes on dynamic GPUs for
+	// claims, by the device's name in the node's pool. An entry is written
+	// before the first operation that makes the device and removed after
+	// the last that destroys it, so a restarted agent knows which
+	// instances are carve's and for which claim, and finishes or undoes
+	// what a crash interrupted. Absent when there are none, so that a
+	// record without them stays readable by agents that predate them (one
+	// with them is refused there, as a newer format is).
+	Instances map[string]ClaimInstance `json:"instances,omitempty"`
 }
+
+// ClaimInstance is a MIG device made, or being made or removed, for a
+// claim on a dynamic GPU.
+type ClaimInstance struct {
+	// Claim is the UID of the claim the device is made for.
+	Claim string `json:"claim"`
+	// GPU and GPUIndex name the parent GPU.
+	GPU      string `json:"gpu"`
+	GPUIndex int    `json:"gpuIndex"`
+	// Profile and ProfileID are the GPU instance's profile, Placement where
+	// it sits.
+	Profile   string    `json:"profile"`
+	ProfileID int       `json:"profileID"`
+	Placement Placement `json:"placement"`
+	// State is InstanceMaking, InstanceMade or InstanceRemoving.
+	State string `json:"state"`
+	// UUID is the MIG device's UUID once made.
+	UUID string `json:"uuid,omitempty"`
+}
+
+// The states of a ClaimInstance.
+const (
+	// InstanceMaking: the operations that make the device may have run in
+	// part; a restart finishes them (or undoes them when the claim is gone).
+	InstanceMaking = "making"
+	// InstanceMade: the device exists and is the claim's.
+	InstanceMade = "made"
+	// InstanceRemoving: the operations that destroy the device may have
+	// run in part; a restart finishes them.
+	InstanceRemoving = "removing"
+)
 
 // PreparedClaim is one prepared ResourceClaim.
 type PreparedClaim struct {

@@ -271,6 +271,9 @@ func goldenPreparedClaims() PreparedClaims {
 				{Request: "mig/small", Device: "gpu-1-mig-1g10gb-19-0", UUID: "MIG-1", ShareID: "2",
 					CDIDevices: []string{"gpu.carve.dev/claim=0b5c7e3a-uid-gpu-1-mig"}},
 			}},
+	}, Instances: map[string]ClaimInstance{
+		"gpu-4-dyn-3g40gb-4": {Claim: "0b5c7e3a-uid", GPU: "GPU-4", GPUIndex: 4, Profile: "3g.40gb", ProfileID: 2,
+			Placement: Placement{Start: 4, Size: 4}, State: InstanceMade, UUID: "MIG-4-3g"},
 	}}
 }
 
