@@ -228,11 +228,16 @@ func TestHealthStream(t *testing.T) {
 	}
 	for range h.reports { // drained until the stream ends
 	}
-	d.watchers.mu.Lock()
-	left := len(d.watchers.kicks)
-	d.watchers.mu.Unlock()
-	if left != 0 {
-		t.Errorf("%d health streams still registered after the driver stopped", left)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		d.watchers.mu.Lock()
+		left := len(d.watchers.kicks)
+		d.watchers.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d health streams still registered after the driver stopped", left)
+		}
 	}
 }
 
