@@ -237,7 +237,7 @@ func newLiveCollector() *liveCollector {
 		readyDesc: prometheus.NewDesc("carve_agent_ready",
 			"1 while the agent is ready (/readyz answers 200: caches synced and a reconcile finished), else 0.", nil, nil),
 		unhealthyDesc: prometheus.NewDesc("carve_agent_devices_unhealthy",
-			"Devices the device plugin advertises as unhealthy after a critical XID, replicas counted, per resource; absent with --advertise none or dra (DRA taints such devices instead).", []string{"resource"}, nil),
+			"Devices the device plugin advertises as unhealthy after a critical XID, replicas counted, per resource; absent with --advertise none or dra (DRA taints such devices and reports them to the kubelet instead).", []string{"resource"}, nil),
 	}
 }
 

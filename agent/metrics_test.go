@@ -558,3 +558,47 @@ func TestMetricsProfileSourceAdopted(t *testing.T) {
 		t.Errorf("rejected file (-want +got):\n%s", diff)
 	}
 }
+
+// TestDRACountsXIDs: with --advertise dra the driver's XID watch counts
+// its events in carve_device_plugin_xid_events_total, as the device
+// plugin's does; both values exist before the first XID.
+func TestDRACountsXIDs(t *testing.T) {
+	cfg, _ := newAgentConfig(t, "full")
+	m := cfg.GPUs.(*sim.Machine)
+	reg := NewRegistry()
+	cfg.Registerer, cfg.Advertise = reg, AdvertiseDRA
+	cfg.KubeletRootDir, cfg.CDIDir = t.TempDir(), t.TempDir()
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const metric = "carve_device_plugin_xid_events_total"
+	want := map[string]float64{metric + `{critical="false"}`: 0, metric + `{critical="true"}`: 0}
+	if diff := cmp.Diff(want, scrape(t, reg, metric)); diff != "" {
+		t.Fatalf("before any XID (-want +got):\n%s", diff)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- a.driver.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
+	}()
+	// The watch may not have its event set yet: raise until counted.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for _, xid := range []uint64{13, 79} {
+			if err := m.RaiseXID(0, xid, -1, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := scrape(t, reg, metric)
+		if got[metric+`{critical="false"}`] > 0 && got[metric+`{critical="true"}`] > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("XIDs 13 and 79 never counted: %v", got)
+		}
+	}
+}

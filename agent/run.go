@@ -240,10 +240,17 @@ func newKubeletSide(cfg Config) (kubeletSide, error) {
 		}
 		s.plugin, s.devices = mgr, mgr
 	case AdvertiseDRA:
+		var countXID func(ignored bool)
+		if cfg.Registerer != nil {
+			var err error
+			if countXID, err = plugin.XIDCounter(cfg.Registerer); err != nil {
+				return kubeletSide{}, fmt.Errorf("DRA driver: %w", err)
+			}
+		}
 		driver, err := dra.New(dra.Config{
 			Client: cfg.Client, NodeName: cfg.NodeName, KubeletRootDir: cfg.KubeletRootDir,
 			CDIDir: cfg.CDIDir, StateDir: cfg.StateDir, GPUs: cfg.GPUs, Logger: cfg.Logger,
-			Health: healthOptions(cfg),
+			Health: healthOptions(cfg), CountXID: countXID,
 		})
 		if err != nil {
 			return kubeletSide{}, err

@@ -47,8 +47,16 @@ type Config struct {
 	RepublishInterval time.Duration
 	// Health configures the XID watch over GPUs: a device an XID keeps
 	// unhealthy carries the taint TaintXID in the slice, with the effect
-	// its class has in the policy. Without GPUs there is no watch.
+	// its class has in the policy, and the kubelet is told the device is
+	// unhealthy (WatchHealthStatus). Without GPUs there is no watch.
 	Health xidhealth.Options
+	// CountXID, if set, is called for every XID event the watch sees;
+	// ignored says whether the policy ignores it.
+	CountXID func(ignored bool)
+	// HealthResendInterval is how often the devices' health is sent to
+	// the kubelet again when nothing changed; default
+	// DefaultHealthResendInterval. It must stay below HealthCheckTimeout.
+	HealthResendInterval time.Duration
 	// Logger logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -59,7 +67,9 @@ const DefaultRepublishInterval = 30 * time.Second
 // Driver is carve's DRA driver on one node: it publishes the node's
 // ResourceSlice (Advertise, Update, Withdraw, as the reconciler asks),
 // prepares and unprepares claims for the kubelet (writing their CDI specs),
-// and says which devices claims hold (Holders).
+// reports the devices' health to the kubelet (WatchHealthStatus; a device
+// an XID keeps unhealthy is also tainted in the slice, TaintXID), and says
+// which devices claims hold (Holders).
 type Driver struct {
 	cfg     Config
 	pub     *Publisher
@@ -70,8 +80,12 @@ type Driver struct {
 	gpus    []partition.GPU
 	offer   Offer
 	dropped map[string]bool // devices withdrawn since the last Advertise
+	// published are the devices of the last publish, as written.
+	published []resourceapi.Device
 	// health keeps the devices XIDs made unhealthy; nil without GPUs.
 	health *xidhealth.Tracker
+	// watchers are the kubelet's health streams, told of every change.
+	watchers healthWatchers
 }
 
 // New returns a Driver. It loads the prepared claims and removes CDI specs
@@ -95,6 +109,12 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.RepublishInterval <= 0 {
 		cfg.RepublishInterval = DefaultRepublishInterval
 	}
+	switch {
+	case cfg.HealthResendInterval <= 0:
+		cfg.HealthResendInterval = DefaultHealthResendInterval
+	case cfg.HealthResendInterval >= HealthCheckTimeout:
+		return nil, fmt.Errorf("dra: HealthResendInterval %v: want less than the kubelet's HealthCheckTimeout %v", cfg.HealthResendInterval, HealthCheckTimeout)
+	}
 	store, err := loadClaims(cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("dra: %w", err)
@@ -104,7 +124,7 @@ func New(cfg Config) (*Driver, error) {
 		pub: &Publisher{Client: cfg.Client, Node: cfg.NodeName},
 	}
 	if cfg.GPUs != nil {
-		if d.health, err = xidhealth.New(cfg.GPUs, cfg.Health, xidhealth.Hooks{Changed: d.healthChanged}, cfg.Logger); err != nil {
+		if d.health, err = xidhealth.New(cfg.GPUs, cfg.Health, xidhealth.Hooks{Changed: d.healthChanged, XID: cfg.CountXID}, cfg.Logger); err != nil {
 			return nil, fmt.Errorf("dra: %w", err)
 		}
 	}
@@ -118,7 +138,8 @@ func New(cfg Config) (*Driver, error) {
 	return d, nil
 }
 
-// Run registers the driver with the kubelet and serves it until ctx ends.
+// Run registers the driver with the kubelet, with its health service, and
+// serves it until ctx ends.
 func (d *Driver) Run(ctx context.Context) error {
 	registry, data := filepath.Join(d.cfg.KubeletRootDir, "plugins_registry"), filepath.Join(d.cfg.KubeletRootDir, "plugins", DriverName)
 	for _, dir := range []string{registry, data} {
@@ -126,7 +147,7 @@ func (d *Driver) Run(ctx context.Context) error {
 			return fmt.Errorf("dra: kubelet plugin directory: %w", err)
 		}
 	}
-	plugin, err := startKubeletPlugin(ctx, d.cfg.Client, d, registry, data, nil, d.log)
+	plugin, err := startKubeletPlugin(ctx, d.cfg.Client, d, registry, data, d.registerHealth, d.log)
 	if err != nil {
 		return fmt.Errorf("dra: start kubelet plugin: %w", err)
 	}
@@ -219,6 +240,8 @@ func matches(dev resourceapi.Device, ids []string) bool {
 func (d *Driver) publishLocked(ctx context.Context) error {
 	devs := slices.DeleteFunc(slices.Clone(d.offer.Devices), func(dev resourceapi.Device) bool { return d.dropped[dev.Name] })
 	devs = d.taintLocked(devs)
+	d.published = devs
+	d.watchers.kick()
 	if err := d.pub.Publish(ctx, devs); err != nil {
 		return fmt.Errorf("dra: publish ResourceSlice: %w", err)
 	}

@@ -67,7 +67,8 @@ func sickOf(dev resourceapi.Device, sick map[string]xidhealth.Sick) (xidhealth.S
 }
 
 // healthChanged republishes the slice with the taints of the devices XIDs
-// keep unhealthy now; the XID watch calls it on every change.
+// keep unhealthy now, and sends their health to the kubelet; the XID watch
+// calls it on every change.
 func (d *Driver) healthChanged() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
