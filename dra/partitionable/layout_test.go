@@ -16,7 +16,6 @@ import (
 // simGPU is one simulated GPU of model m in MIG mode, with no instances:
 // the hardware's placement rules, as partition/sim enforces them.
 type simGPU struct {
-	t   testing.TB
 	dev partition.Device
 }
 
@@ -40,42 +39,42 @@ func newSimGPU(t testing.TB, m partition.Model) *simGPU {
 	if err := dev.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	return &simGPU{t: t, dev: dev}
+	return &simGPU{dev: dev}
 }
 
 // create makes pl's GPU instance: its ID, or false when the GPU refuses
 // for lack of room (any other error fails the test).
-func (g *simGPU) create(pl Placement) (int, bool) {
-	g.t.Helper()
+func (g *simGPU) create(t testing.TB, pl Placement) (int, bool) {
+	t.Helper()
 	gi, err := g.dev.CreateGPUInstance(pl.Profile.ID, pl.At)
 	if errors.Is(err, partition.ErrInsufficientResources) {
 		return 0, false
 	}
 	if err != nil {
-		g.t.Fatalf("create %s at %s: %v", pl.Profile.Name, pl.At, err)
+		t.Fatalf("create %s at %s: %v", pl.Profile.Name, pl.At, err)
 	}
 	return gi.ID, true
 }
 
-func (g *simGPU) destroy(id int) {
-	g.t.Helper()
+func (g *simGPU) destroy(t testing.TB, id int) {
+	t.Helper()
 	if err := g.dev.DestroyGPUInstance(id); err != nil {
-		g.t.Fatalf("destroy GPU instance %d: %v", id, err)
+		t.Fatalf("destroy GPU instance %d: %v", id, err)
 	}
 }
 
 // createAll reports whether the GPU creates every placement of set, and
 // destroys what it made.
-func (g *simGPU) createAll(l *Layout, set []int) bool {
-	g.t.Helper()
+func (g *simGPU) createAll(t testing.TB, l *Layout, set []int) bool {
+	t.Helper()
 	var made []int
 	defer func() {
 		for _, id := range made {
-			g.destroy(id)
+			g.destroy(t, id)
 		}
 	}()
 	for _, i := range set {
-		id, ok := g.create(l.Placements[i])
+		id, ok := g.create(t, l.Placements[i])
 		if !ok {
 			return false
 		}
@@ -149,12 +148,12 @@ func TestPairs(t *testing.T) {
 		t.Run(name(l), func(t *testing.T) {
 			g := newSimGPU(t, l.Model)
 			for a := range l.Placements {
-				if !l.Allows([]int{a}) || !g.createAll(l, []int{a}) {
-					t.Errorf("%s alone: counters %v, GPU %v", describe(l, []int{a}), l.Allows([]int{a}), g.createAll(l, []int{a}))
+				if !l.Allows([]int{a}) || !g.createAll(t, l, []int{a}) {
+					t.Errorf("%s alone: counters %v, GPU %v", describe(l, []int{a}), l.Allows([]int{a}), g.createAll(t, l, []int{a}))
 				}
 				for b := a + 1; b < len(l.Placements); b++ {
 					set := []int{a, b}
-					if counters, gpu := l.Allows(set), g.createAll(l, set); counters != gpu {
+					if counters, gpu := l.Allows(set), g.createAll(t, l, set); counters != gpu {
 						t.Errorf("%s: counters allow %v, the GPU creates %v", describe(l, set), counters, gpu)
 					}
 				}
@@ -185,8 +184,8 @@ func TestCountersAreTheHardwareRules(t *testing.T) {
 					if slices.Contains(set, d) || l.Allows(append(set, d)) {
 						continue
 					}
-					if id, ok := g.create(l.Placements[d]); ok {
-						g.destroy(id)
+					if id, ok := g.create(t, l.Placements[d]); ok {
+						g.destroy(t, id)
 						failures++
 						if failures <= 5 {
 							t.Errorf("the counters refuse %s beside %s; the GPU creates it", describe(l, []int{d}), describe(l, set))
@@ -197,7 +196,7 @@ func TestCountersAreTheHardwareRules(t *testing.T) {
 					if !l.Allows(append(set, d)) {
 						continue
 					}
-					id, ok := g.create(l.Placements[d])
+					id, ok := g.create(t, l.Placements[d])
 					if !ok {
 						failures++
 						if failures <= 5 {
@@ -208,7 +207,7 @@ func TestCountersAreTheHardwareRules(t *testing.T) {
 					set = append(set, d)
 					walk(d + 1)
 					set = set[:len(set)-1]
-					g.destroy(id)
+					g.destroy(t, id)
 				}
 			}
 			walk(0)
@@ -227,20 +226,24 @@ func FuzzCounters(f *testing.F) {
 	f.Add(uint8(2), uint64(0x1FFFFFF))
 	f.Add(uint8(11), uint64(0xF0F0F))
 	f.Add(uint8(12), uint64(0x3C000003))
-	f.Fuzz(func(t *testing.T, model uint8, bits uint64) {
-		cat := partition.Catalogue()
-		l, err := NewLayout(cat[int(model)%len(cat)], nil)
+	var ls []*Layout
+	var gs []*simGPU
+	for _, m := range partition.Catalogue() {
+		l, err := NewLayout(m, nil)
 		if err != nil {
-			t.Fatal(err)
+			f.Fatal(err)
 		}
+		ls, gs = append(ls, l), append(gs, newSimGPU(f, m))
+	}
+	f.Fuzz(func(t *testing.T, model uint8, bits uint64) {
+		l, g := ls[int(model)%len(ls)], gs[int(model)%len(gs)]
 		var set []int
 		for i := range l.Placements {
 			if bits&(1<<uint(i)) != 0 {
 				set = append(set, i)
 			}
 		}
-		g := newSimGPU(t, l.Model)
-		if counters, gpu := l.Allows(set), g.createAll(l, set); counters != gpu {
+		if counters, gpu := l.Allows(set), g.createAll(t, l, set); counters != gpu {
 			t.Errorf("%s: counters allow %v, the GPU creates %v", describe(l, set), counters, gpu)
 		}
 	})
