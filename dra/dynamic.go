@@ -64,6 +64,7 @@ func describeDynamic(gpus []DynamicGPU) ([]resourceapi.CounterSet, []resourceapi
 	var sets []resourceapi.CounterSet
 	var devs []resourceapi.Device
 	stands := map[string]DynamicDevice{}
+	layouts := map[string]*partitionable.Layout{} // the GPUs of a node are mostly alike
 	for i, g := range gpus {
 		if g.UUID == "" {
 			return nil, nil, nil, fmt.Errorf("dynamic GPU %d: no UUID", g.Index)
@@ -71,9 +72,14 @@ func describeDynamic(gpus []DynamicGPU) ([]resourceapi.CounterSet, []resourceapi
 		if i > 0 && gpus[i-1].Index == g.Index {
 			return nil, nil, nil, fmt.Errorf("dynamic GPU %d listed twice", g.Index)
 		}
-		l, err := partitionable.NewLayout(g.Model, g.Profiles)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("dynamic GPU %d: %w", g.Index, err)
+		key := fmt.Sprintf("%s %d %d %v %t %q", g.Model.Key, g.Model.MemorySlices, g.Model.ComputeSlices, g.Model.Profiles, g.Profiles == nil, g.Profiles)
+		l, ok := layouts[key]
+		if !ok {
+			var err error
+			if l, err = partitionable.NewLayout(g.Model, g.Profiles); err != nil {
+				return nil, nil, nil, fmt.Errorf("dynamic GPU %d: %w", g.Index, err)
+			}
+			layouts[key] = l
 		}
 		set := CounterSetName(g.Index)
 		sets = append(sets, l.CounterSet(set))

@@ -127,6 +127,9 @@ func NewLayout(m partition.Model, profiles []string) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(offered) == 0 {
+		return nil, fmt.Errorf("%s: no MIG profile offered", m.Key)
+	}
 	l := &Layout{Model: m, Capacity: map[string]int64{}}
 	for _, p := range offered {
 		for _, at := range p.Placements {

@@ -337,6 +337,7 @@ func TestNewLayoutErrors(t *testing.T) {
 	}{
 		{h100, []string{"1g.10gb", "1g.5gb"}, `unknown MIG profile "1g.5gb" for H100-80GB`},
 		{partition.Model{Key: "L4-24GB"}, nil, "L4-24GB has no MIG profiles"},
+		{h100, []string{}, "H100-80GB: no MIG profile offered"},
 	} {
 		_, err := NewLayout(c.m, c.profiles)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
