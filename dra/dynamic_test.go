@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/carve-dev/carve/internal/apitest"
 	"github.com/carve-dev/carve/partition"
 )
 
@@ -344,5 +346,41 @@ func TestDriverPublishesDynamic(t *testing.T) {
 	}
 	if err := res["c1"].Err; err == nil || !strings.Contains(err.Error(), "made on demand") {
 		t.Errorf("prepare of a dynamic device = %v, want a refusal that says so", err)
+	}
+}
+
+// TestPublishStrict: on a fake that enforces what the API server does
+// (field selectors, resourceVersions), every write of a changing pool
+// names the version it replaces, another node's slice is left alone, and
+// a stale slice of the node is deleted.
+func TestPublishStrict(t *testing.T) {
+	slice := func(name, node string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.ResourceSliceSpec{Driver: DriverName, NodeName: new(node), Pool: resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}}}
+	}
+	cs, strict := apitest.NewStrict(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}},
+		slice("node-b-gpu.carve.dev-devices-00", "node-b"), slice("node-a-gpu.carve.dev-old", node))
+	p := &Publisher{Client: cs, Node: node}
+	gpus := testGPUs()
+	for i, n := range []int{3, 3, 1, 3} {
+		off, err := Describe(gpus, expand(t, gpus, nil), dynamicH100s(t, 2, n)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Publish(context.Background(), off.Devices, off.CounterSets...); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	var got []string
+	for _, s := range slicesOf(t, cs) {
+		got = append(got, fmt.Sprintf("%s %d", s.Name, s.Spec.Pool.Generation))
+	}
+	sort.Strings(got)
+	want := []string{"node-a-gpu.carve.dev-counters-00 4", "node-a-gpu.carve.dev-devices-00 4", "node-a-gpu.carve.dev-devices-01 4", "node-b-gpu.carve.dev-devices-00 1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("slices (-want +got):\n%s", diff)
+	}
+	if u := strict.Unconditional(); len(u) > 0 {
+		t.Errorf("unconditional writes: %v", u)
 	}
 }
