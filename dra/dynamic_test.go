@@ -384,3 +384,24 @@ func TestPublishStrict(t *testing.T) {
 		t.Errorf("unconditional writes: %v", u)
 	}
 }
+
+// TestHoldersDynamic: a claim allocated a device of a dynamic GPU holds
+// that GPU, whose MIG device may not exist yet: a change of the GPU must
+// wait for it.
+func TestHoldersDynamic(t *testing.T) {
+	cs := newFake(claim("u1", "dyn", "gpu-1-dyn-3g40gb-4"))
+	d := newDriver(t, cs, "", t.TempDir())
+	d.SetDynamic([]DynamicGPU{{Index: 1, UUID: "GPU-b", Model: model(t, "H100-80GB")}})
+	gpus := testGPUs()
+	if err := d.Advertise(context.Background(), gpus, expand(t, gpus, nil)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Holders(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Holder{{Namespace: "ns", Claim: "dyn", Devices: []string{"gpu-1-dyn-3g40gb-4"}, UUIDs: []string{"GPU-b"}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("holders (-want +got):\n%s", diff)
+	}
+}
