@@ -108,15 +108,16 @@ type Placement struct {
 // once), one for compute slices, one per kind of media engine, one for the
 // media extensions and one per profile's instance count. A counter is kept
 // only when some set of placements that the counters kept before it allow
-// would break its rule; the others follow from those kept, so the set the
-// counters allow is exactly the set the hardware allows, with no more
-// counters than that takes. The tests prove this against the simulator for
-// every model of the catalogue.
+// would break its rule; the others follow from those kept, so the sets
+// the counters allow are exactly the sets the hardware allows, and no
+// counter is published whose rule those before it already enforce. The
+// tests prove this against the simulator for every model of the
+// catalogue.
 //
 // The placements are published smallest profile first (the model's order),
 // and a profile's placements in the order that keeps the largest profiles
-// placeable: each placement is weighed by the placements of other profiles
-// it overlaps, counted per profile from the largest profile down and
+// placeable: each placement is weighed by the other placements it
+// overlaps, counted per profile from the largest profile down and
 // compared in that order, fewer first, then higher start first. On an
 // eight-slice GPU a 1g takes slice 6 first and slice 0 last, a 3g takes
 // 4:4 before 0:4, which leaves the 4g and 7g placements at 0 free for as
