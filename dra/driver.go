@@ -80,6 +80,7 @@ type Driver struct {
 	gpus    []partition.GPU
 	offer   Offer
 	dropped map[string]bool // devices withdrawn since the last Advertise
+	dynamic []DynamicGPU    // GPUs whose MIG devices are made for claims (SetDynamic)
 	// published are the devices of the last publish, as written.
 	published []resourceapi.Device
 	// health keeps the devices XIDs made unhealthy; nil without GPUs.
@@ -192,7 +193,7 @@ func (d *Driver) keepPublished(ctx context.Context) {
 // Describe) and ends every withdrawal. When the cluster cannot share a
 // device it publishes the unshared ones and returns ErrSharingDropped.
 func (d *Driver) Advertise(ctx context.Context, gpus []partition.GPU, res timeslice.Resources) error {
-	off, err := Describe(gpus, res)
+	off, err := Describe(gpus, res, d.Dynamic()...)
 	if err != nil {
 		return fmt.Errorf("dra: describe devices: %w", err)
 	}
@@ -242,7 +243,7 @@ func (d *Driver) publishLocked(ctx context.Context) error {
 	devs = d.taintLocked(devs)
 	d.published = devs
 	d.watchers.kick()
-	if err := d.pub.Publish(ctx, devs); err != nil {
+	if err := d.pub.Publish(ctx, devs, d.offer.CounterSets...); err != nil {
 		return fmt.Errorf("dra: publish ResourceSlice: %w", err)
 	}
 	return nil

@@ -95,15 +95,19 @@ func (d *Driver) holderFromAPI(c resourceapi.ResourceClaim, known map[string]str
 }
 
 // known maps the name of every device the GPUs hold now, and every one
-// last advertised, to its UUID. The GPUs are read afresh: a restarted
-// agent checks claims before it first advertises.
+// last advertised, to its UUID; a device of a dynamic GPU to its GPU's
+// UUID, so that a claim allocated one holds the GPU. The GPUs are read
+// afresh: a restarted agent checks claims before it first advertises.
 func (d *Driver) known() (map[string]string, error) {
 	d.mu.Lock()
 	out := maps.Clone(d.offer.UUIDs)
-	d.mu.Unlock()
 	if out == nil {
 		out = map[string]string{}
 	}
+	for name, dd := range d.offer.Dynamic {
+		out[name] = dd.GPUUUID
+	}
+	d.mu.Unlock()
 	if d.cfg.GPUs == nil {
 		return out, nil
 	}

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"fmt"
+	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,18 +19,39 @@ const CapReplicas = "replicas"
 // Offer is what one node publishes: its devices, and what the driver needs
 // to know of them to prepare claims.
 type Offer struct {
-	// Devices in the order of the inventory.
+	// Devices in publishing order: those of the inventory in its order,
+	// then those of the dynamic GPUs.
 	Devices []resourceapi.Device
 	// UUIDs maps the name of each device of the inventory, offered or
 	// withheld, to the physical device's UUID.
 	UUIDs map[string]string
+	// CounterSets are the dynamic GPUs' counter sets, one per GPU.
+	CounterSets []resourceapi.CounterSet
+	// Dynamic maps the name of each dynamic GPU's device to what it
+	// stands for; such a device has no UUID until it is made.
+	Dynamic map[string]DynamicDevice
 }
 
 // Describe returns the Offer of the GPUs as res advertises them: a device
 // of the inventory that res lacks (withheld by the reconciler) is left
 // out, and a device res replicates is one device that several allocations
-// may share (Share).
-func Describe(gpus []partition.GPU, res timeslice.Resources) (Offer, error) {
+// may share (Share). The dynamic GPUs (matched to gpus by UUID) are not
+// described from the inventory: each offers its counter set and a device
+// per legal (profile, placement), after the other devices.
+func Describe(gpus []partition.GPU, res timeslice.Resources, dynamic ...DynamicGPU) (Offer, error) {
+	sets, dyn, stands, err := describeDynamic(dynamic)
+	if err != nil {
+		return Offer{}, err
+	}
+	for _, d := range dynamic {
+		i := slices.IndexFunc(gpus, func(g partition.GPU) bool { return g.Index == d.Index })
+		if i >= 0 && gpus[i].UUID != d.UUID {
+			return Offer{}, fmt.Errorf("dynamic GPU %d is %s, but GPU %d of the node is %s", d.Index, d.UUID, d.Index, gpus[i].UUID)
+		}
+	}
+	gpus = slices.DeleteFunc(slices.Clone(gpus), func(g partition.GPU) bool {
+		return slices.ContainsFunc(dynamic, func(d DynamicGPU) bool { return d.UUID == g.UUID })
+	})
 	all, err := Devices(gpus)
 	if err != nil {
 		return Offer{}, err
@@ -53,9 +75,13 @@ func Describe(gpus []partition.GPU, res timeslice.Resources) (Offer, error) {
 		}
 		off.Devices = append(off.Devices, d)
 	}
-	if len(off.Devices) > resourceapi.ResourceSliceMaxDevices {
-		return Offer{}, fmt.Errorf("%d devices, more than one ResourceSlice holds (%d)", len(off.Devices), resourceapi.ResourceSliceMaxDevices)
+	for _, d := range dyn {
+		if _, dup := off.UUIDs[d.Name]; dup {
+			return Offer{}, fmt.Errorf("two devices named %s", d.Name)
+		}
 	}
+	off.Devices = append(off.Devices, dyn...)
+	off.CounterSets, off.Dynamic = sets, stands
 	return off, nil
 }
 

@@ -78,6 +78,9 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (carvev1.PreparedClaim, e
 // preparedDevice checks one allocated device: it must exist on the node,
 // and no other prepared claim may hold it unless it is shared.
 func (d *Driver) preparedDevice(uid string, r resourceapi.DeviceRequestAllocationResult) (carvev1.PreparedDevice, error) {
+	if _, dynamic := d.offer.Dynamic[r.Device]; dynamic {
+		return carvev1.PreparedDevice{}, fmt.Errorf("device %s stands for a MIG device made on demand, which this agent does not make yet", r.Device)
+	}
 	uuid, ok := d.offer.UUIDs[r.Device]
 	if !ok {
 		return carvev1.PreparedDevice{}, fmt.Errorf("device %s is not on node %s (gone in a repartition, or not yet published since the agent started)", r.Device, d.cfg.NodeName)

@@ -22,57 +22,105 @@ import (
 // DRAConsumableCapacity feature).
 var ErrSharingDropped = errors.New("the API server dropped allowMultipleAllocations: this cluster cannot share a DRA device between claims (consumable capacity, the DRAConsumableCapacity feature gate, beta and on by default since Kubernetes 1.36)")
 
-// Publisher keeps one node's ResourceSlice of the driver: one pool named
-// after the node, in one slice, written synchronously so that a device
-// withdrawn is out of the API server's view when Publish returns.
+// ErrCountersDropped says the API server dropped the fields of
+// partitionable devices (sharedCounters, consumesCounters): the cluster
+// lacks the DRAPartitionableDevices feature.
+var ErrCountersDropped = errors.New("the API server dropped sharedCounters or consumesCounters: this cluster cannot offer MIG devices made on demand (partitionable devices, the DRAPartitionableDevices feature gate, beta and on by default since Kubernetes 1.36)")
+
+// Publisher keeps one node's ResourceSlices of the driver: one pool named
+// after the node, in as many slices as the API's limits take (PoolSlices),
+// written synchronously so that a device withdrawn is out of the API
+// server's view when Publish returns.
 type Publisher struct {
 	// Client writes ResourceSlices.
 	Client kubeclient.Interface
-	// Node is the node's name; NodeUID makes the Node the slice's owner,
-	// so that the slice goes with the Node (read from the API server when
+	// Node is the node's name; NodeUID makes the Node the slices' owner,
+	// so that the slices go with the Node (read from the API server when
 	// empty).
 	Node    string
 	NodeUID types.UID
 }
 
-// Publish makes the node's slice hold exactly devices, with a higher pool
-// generation when they changed, and deletes any other slice of the driver
+// Publish makes the node's pool hold exactly devices and counters, laid
+// out as PoolSlices lays them out, with a higher pool generation on every
+// slice when anything changed, and deletes any other slice of the driver
 // on the node. When the server dropped the sharing fields of a shared
 // device it republishes without the shared devices and returns
-// ErrSharingDropped.
-func (p *Publisher) Publish(ctx context.Context, devices []resourceapi.Device) error {
+// ErrSharingDropped; when it dropped the counters, it republishes without
+// the devices that consume counters and returns ErrCountersDropped.
+func (p *Publisher) Publish(ctx context.Context, devices []resourceapi.Device, counters ...resourceapi.CounterSet) error {
 	if p.NodeUID == "" {
 		node, err := p.Client.Nodes().Get(ctx, p.Node, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("get node %s, the ResourceSlice's owner: %w", p.Node, err)
+			return fmt.Errorf("get node %s, the ResourceSlices' owner: %w", p.Node, err)
 		}
 		p.NodeUID = node.UID
 	}
-	mine, err := p.list(ctx)
+	got, err := p.sync(ctx, devices, counters)
 	if err != nil {
 		return err
 	}
-	var cur *resourceapi.ResourceSlice
-	for i := range mine {
-		if cur == nil {
-			cur = &mine[i]
-			continue
-		}
-		if err := p.Client.ResourceSlices().Delete(ctx, mine[i].Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete extra ResourceSlice %s: %w", mine[i].Name, err)
-		}
+	var sent []resourceapi.Device
+	for _, s := range got {
+		sent = append(sent, s.Spec.Devices...)
 	}
-	got, err := p.write(ctx, cur, devices)
-	if err != nil {
-		return err
-	}
-	if !sharingKept(devices, got.Spec.Devices) {
-		if _, err := p.write(ctx, got, unshared(devices)); err != nil {
+	switch {
+	case !sharingKept(devices, sent):
+		if _, err := p.sync(ctx, unshared(devices), counters); err != nil {
 			return err
 		}
 		return ErrSharingDropped
+	case !countersKept(devices, counters, got):
+		if _, err := p.sync(ctx, unpartitioned(devices), nil); err != nil {
+			return err
+		}
+		return ErrCountersDropped
 	}
 	return nil
+}
+
+// sync writes the pool's slices and deletes the node's others; it returns
+// the slices as the server holds them.
+func (p *Publisher) sync(ctx context.Context, devices []resourceapi.Device, counters []resourceapi.CounterSet) ([]resourceapi.ResourceSlice, error) {
+	mine, err := p.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	want := PoolSlices(p.Node, devices, counters)
+	have := make(map[string]resourceapi.ResourceSlice, len(mine))
+	var gen int64
+	for _, s := range mine {
+		have[s.Name] = s
+		gen = max(gen, s.Spec.Pool.Generation)
+	}
+	changed := false
+	for _, w := range want {
+		w.Spec.Pool.Generation = gen
+		cur, ok := have[w.Name]
+		changed = changed || !ok || !equality.Semantic.DeepEqual(cur.Spec, w.Spec)
+	}
+	got := make([]resourceapi.ResourceSlice, len(want))
+	for i, w := range want {
+		if !changed {
+			got[i] = have[w.Name]
+			continue
+		}
+		w.Spec.Pool.Generation = gen + 1
+		s, err := p.write(ctx, have, w)
+		if err != nil {
+			return nil, err
+		}
+		got[i] = *s
+	}
+	for _, s := range mine {
+		if slices.ContainsFunc(want, func(w resourceapi.ResourceSlice) bool { return w.Name == s.Name }) {
+			continue
+		}
+		if err := p.Client.ResourceSlices().Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("delete stale ResourceSlice %s: %w", s.Name, err)
+		}
+	}
+	return got, nil
 }
 
 // list returns the driver's slices of the node.
@@ -89,26 +137,20 @@ func (p *Publisher) list(ctx context.Context) ([]resourceapi.ResourceSlice, erro
 	}), nil
 }
 
-// write creates the slice (cur nil) or updates cur to hold devices.
-func (p *Publisher) write(ctx context.Context, cur *resourceapi.ResourceSlice, devices []resourceapi.Device) (*resourceapi.ResourceSlice, error) {
+// write creates the slice want, or updates the one of its name in have.
+func (p *Publisher) write(ctx context.Context, have map[string]resourceapi.ResourceSlice, want resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
 	api := p.Client.ResourceSlices()
-	if cur == nil {
-		s := &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: p.Node + "-" + DriverName + "-", OwnerReferences: p.owner()},
-			Spec:       p.spec(1, devices),
-		}
-		got, err := api.Create(ctx, s, metav1.CreateOptions{})
+	cur, ok := have[want.Name]
+	if !ok {
+		want.OwnerReferences = p.owner()
+		got, err := api.Create(ctx, &want, metav1.CreateOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("create ResourceSlice of node %s: %w", p.Node, err)
+			return nil, fmt.Errorf("create ResourceSlice %s: %w", want.Name, err)
 		}
 		return got, nil
 	}
-	want := p.spec(cur.Spec.Pool.Generation, devices)
-	if sameDevices(cur.Spec.Devices, devices) && cur.Spec.Pool == want.Pool {
-		return cur, nil
-	}
 	s := cur.DeepCopy()
-	s.Spec = p.spec(cur.Spec.Pool.Generation+1, devices)
+	s.Spec = want.Spec
 	got, err := api.Update(ctx, s, metav1.UpdateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("update ResourceSlice %s: %w", cur.Name, err)
@@ -116,26 +158,11 @@ func (p *Publisher) write(ctx context.Context, cur *resourceapi.ResourceSlice, d
 	return got, nil
 }
 
-func (p *Publisher) spec(generation int64, devices []resourceapi.Device) resourceapi.ResourceSliceSpec {
-	return resourceapi.ResourceSliceSpec{
-		Driver:   DriverName,
-		Pool:     resourceapi.ResourcePool{Name: p.Node, Generation: generation, ResourceSliceCount: 1},
-		NodeName: new(p.Node),
-		Devices:  devices,
-	}
-}
-
 func (p *Publisher) owner() []metav1.OwnerReference {
 	if p.NodeUID == "" {
 		return nil
 	}
 	return []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: p.Node, UID: p.NodeUID}}
-}
-
-// sameDevices reports whether the published devices are those wanted; the
-// server's copy is compared semantically (quantities by value).
-func sameDevices(have, want []resourceapi.Device) bool {
-	return equality.Semantic.DeepEqual(have, want)
 }
 
 // sharingKept reports whether every shared device sent came back shared.

@@ -4,7 +4,8 @@
 // Conflict, a delete whose preconditions (UID, resourceVersion) no longer
 // hold is refused with a Conflict, and a list with a field selector is
 // filtered by it (the fields the real server supports for the resource:
-// metadata.name, metadata.namespace, and spec.nodeName for pods). Tests of
+// metadata.name, metadata.namespace, spec.nodeName for pods, and
+// spec.nodeName, spec.driver and spec.pool.name for ResourceSlices). Tests of
 // code whose correctness rests on optimistic concurrency (the rollout's
 // Leases) use it, so that dropping a precondition fails them.
 //
@@ -19,6 +20,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -207,8 +209,16 @@ func fieldSet(obj runtime.Object) (fields.Set, error) {
 		return nil, err
 	}
 	set := fields.Set{"metadata.name": m.GetName(), "metadata.namespace": m.GetNamespace()}
-	if p, ok := obj.(*corev1.Pod); ok {
-		set["spec.nodeName"] = p.Spec.NodeName
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		set["spec.nodeName"] = o.Spec.NodeName
+	case *resourceapi.ResourceSlice:
+		set[resourceapi.ResourceSliceSelectorDriver] = o.Spec.Driver
+		set[resourceapi.ResourceSliceSelectorPoolName] = o.Spec.Pool.Name
+		set[resourceapi.ResourceSliceSelectorNodeName] = ""
+		if o.Spec.NodeName != nil {
+			set[resourceapi.ResourceSliceSelectorNodeName] = *o.Spec.NodeName
+		}
 	}
 	return set, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -61,5 +62,19 @@ func TestStrictFieldSelector(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.hostname=x"}); !apierrors.IsBadRequest(err) {
 		t.Errorf("unsupported field: %v, want BadRequest", err)
+	}
+}
+
+// TestStrictResourceSliceSelector: ResourceSlices are listed by node and
+// driver.
+func TestStrictResourceSliceSelector(t *testing.T) {
+	slice := func(name, node, driver string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &node, Pool: resourceapi.ResourcePool{Name: node}}}
+	}
+	cs, _ := NewStrict(slice("a", "n1", "d1"), slice("b", "n1", "d2"), slice("c", "n2", "d1"))
+	list, err := cs.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=n1,spec.driver=d1"})
+	if err != nil || len(list.Items) != 1 || list.Items[0].Name != "a" {
+		t.Errorf("slices of d1 on n1: %v, %v; want [a]", list, err)
 	}
 }

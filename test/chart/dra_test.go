@@ -193,15 +193,11 @@ func docSlice(t *testing.T, f *configs.File) *resourceapi.ResourceSlice {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: docNode + "-" + dra.DriverName},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   dra.DriverName,
-			NodeName: new(docNode),
-			Pool:     resourceapi.ResourcePool{Name: docNode, Generation: 1, ResourceSliceCount: 1},
-			Devices:  off.Devices,
-		},
+	ss := dra.PoolSlices(docNode, off.Devices, off.CounterSets)
+	if len(ss) != 1 {
+		t.Fatalf("the page's node has %d slices, want 1", len(ss))
 	}
+	return &ss[0]
 }
 
 // typed converts an object to its API type, strictly.
@@ -245,6 +241,9 @@ func TestDRADocSliceIsWhatTheDriverPublishes(t *testing.T) {
 		got.Spec.Pool.Name != docNode || got.Spec.Pool.ResourceSliceCount != 1 {
 		t.Errorf("the page's slice: driver %s, node %v, pool %+v; want driver %s, node and pool %s, one slice",
 			got.Spec.Driver, got.Spec.NodeName, got.Spec.Pool, dra.DriverName, docNode)
+	}
+	if got.Name != want.Name {
+		t.Errorf("the page's slice is named %s; the driver names it %s", got.Name, want.Name)
 	}
 	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].Kind != "Node" || got.OwnerReferences[0].Name != docNode {
 		t.Errorf("the page's slice is owned by %+v, want Node %s", got.OwnerReferences, docNode)
