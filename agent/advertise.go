@@ -62,6 +62,7 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 
 // advertise hands res to the Advertiser; a GPUAdvertiser gets the GPUs too.
 func (p *pass) advertise(res timeslice.Resources) error {
+	p.offerDynamic()
 	if ga, ok := p.r.Devices.(GPUAdvertiser); ok {
 		return ga.Advertise(p.ctx, p.node.GPUs, res)
 	}

@@ -2,9 +2,12 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/carve-dev/carve/desired"
+	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/internal/textfmt"
+	"github.com/carve-dev/carve/partition"
 )
 
 // desiredState resolves the selected profile on the node's GPUs. A profile
@@ -41,4 +44,78 @@ func (r *Reconciler) dynamicNeedsDRA(want desired.State) error {
 	}
 	return fmt.Errorf("%s %s dynamic (MIG devices made on demand for DRA claims), which needs carve-agent --advertise %s; this agent runs --advertise %s",
 		textfmt.GPUs(gpus), verb, AdvertiseDRA, mode)
+}
+
+// DynamicAdvertiser is a GPUAdvertiser that offers dynamic GPUs, whose
+// MIG devices it makes for claims (the DRA driver).
+type DynamicAdvertiser interface {
+	GPUAdvertiser
+	// SetDynamic sets the GPUs offered as dynamic from the next Advertise.
+	SetDynamic(gpus []dra.DynamicGPU)
+	// SetChanging marks the GPUs (UUIDs) changing between static and
+	// dynamic, whose devices must not be allocated anew.
+	SetChanging(uuids []string)
+	// ClaimInstances returns the placements of the MIG devices made for
+	// claims, by GPU UUID.
+	ClaimInstances() map[string][]partition.Placement
+}
+
+var _ DynamicAdvertiser = (*dra.Driver)(nil)
+
+// claimInstances returns the MIG devices made for claims, by GPU UUID, or
+// nil when no driver makes them.
+func (p *pass) claimInstances() map[string][]partition.Placement {
+	if da, ok := p.r.Devices.(DynamicAdvertiser); ok {
+		return da.ClaimInstances()
+	}
+	return nil
+}
+
+// planningView is the node as the planner sees it for want: on each GPU
+// dynamic in want, the instances made for claims are left out, since they
+// are the claims' and not the profile's (the target of a dynamic GPU is
+// MIG on with no instances of its own). Call it after reading the GPUs:
+// a device made for a claim is recorded before it is made, so one the read
+// found is in claims.
+func planningView(node partition.Node, want desired.State, claims map[string][]partition.Placement) partition.Node {
+	if len(want.Dynamic) == 0 || len(claims) == 0 {
+		return node
+	}
+	out := partition.Node{GPUs: slices.Clone(node.GPUs), Models: node.Models}
+	for i, g := range out.GPUs {
+		if _, dynamic := want.Dynamic[g.Index]; !dynamic {
+			continue
+		}
+		out.GPUs[i].Instances = slices.DeleteFunc(slices.Clone(g.Instances), func(in partition.Instance) bool {
+			return slices.Contains(claims[g.UUID], in.Placement)
+		})
+	}
+	return out
+}
+
+// offerDynamic tells a DynamicAdvertiser which GPUs to offer as dynamic
+// (those dynamic in the state wanted that hold, in MIG mode, no instance
+// but the claims') and which are changing between static and dynamic
+// (dynamic in the state wanted but not ready yet, or static in it and
+// still holding instances made for claims).
+func (p *pass) offerDynamic() {
+	da, ok := p.r.Devices.(DynamicAdvertiser)
+	if !ok || p.want.Profile == "" {
+		return // no profile resolved in this pass: the GPUs stay as offered
+	}
+	claims := da.ClaimInstances()
+	view := planningView(p.node, p.want, claims)
+	var ready []dra.DynamicGPU
+	var changing []string
+	for _, g := range view.GPUs {
+		profiles, dynamic := p.want.Dynamic[g.Index]
+		switch {
+		case dynamic && g.MIGMode == partition.MIGEnabled && len(g.Instances) == 0:
+			ready = append(ready, dra.DynamicGPU{Index: g.Index, UUID: g.UUID, Model: p.node.Models[g.Index], Profiles: profiles})
+		case dynamic || len(claims[g.UUID]) > 0:
+			changing = append(changing, g.UUID)
+		}
+	}
+	da.SetDynamic(ready)
+	da.SetChanging(changing)
 }

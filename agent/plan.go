@@ -19,7 +19,8 @@ func (p *pass) plan() (bool, error) {
 		return false, nil
 	}
 	p.want = want
-	plan, err := want.Plan(p.node, nil)
+	view := planningView(p.node, want, p.claimInstances())
+	plan, err := want.Plan(view, nil)
 	if err != nil {
 		p.unrealisable(err)
 		return false, nil
@@ -35,7 +36,7 @@ func (p *pass) plan() (bool, error) {
 	if p.inUse, err = p.r.InUse.InUse(p.ctx); err != nil {
 		return false, fmt.Errorf("reconcile: devices in use: %w", err)
 	}
-	if p.nodePlan, err = want.Plan(p.node, p.inUse.Set()); err != nil {
+	if p.nodePlan, err = want.Plan(view, p.inUse.Set()); err != nil {
 		p.unrealisable(err)
 		return false, nil
 	}

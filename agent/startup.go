@@ -212,7 +212,8 @@ func (p *pass) reportWithheld(causes map[string][]int) {
 // realised reports whether the profile the pass resolved is realised on a
 // GPU: planning it needs no operation.
 func (p *pass) realised(g partition.GPU) bool {
-	gp, err := partition.PlanGPU(g, p.node.Models[g.Index], p.want.Targets[g.Index], nil)
+	view := planningView(partition.Node{GPUs: []partition.GPU{g}, Models: p.node.Models}, p.want, p.claimInstances())
+	gp, err := partition.PlanGPU(view.GPUs[0], p.node.Models[g.Index], p.want.Targets[g.Index], nil)
 	return err == nil && gp.NoOp()
 }
 

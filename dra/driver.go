@@ -81,6 +81,10 @@ type Driver struct {
 	offer   Offer
 	dropped map[string]bool // devices withdrawn since the last Advertise
 	dynamic []DynamicGPU    // GPUs whose MIG devices are made for claims (SetDynamic)
+	// unavailable are the dynamic devices the GPU refused to make, with
+	// why; changing the GPUs (UUIDs) changing between static and dynamic.
+	unavailable map[string]string
+	changing    map[string]bool
 	// published are the devices of the last publish, as written.
 	published []resourceapi.Device
 	// health keeps the devices XIDs made unhealthy; nil without GPUs.
@@ -159,6 +163,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		defer close(done)
 		d.health.Run(ctx)
 	}()
+	d.sweepInstances(ctx)
 	d.keepPublished(ctx)
 	<-done
 	return nil
@@ -177,6 +182,7 @@ func (d *Driver) keepPublished(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		d.sweepInstances(ctx)
 		d.mu.Lock()
 		var err error
 		if d.offer.UUIDs != nil {
@@ -241,6 +247,7 @@ func matches(dev resourceapi.Device, ids []string) bool {
 func (d *Driver) publishLocked(ctx context.Context) error {
 	devs := slices.DeleteFunc(slices.Clone(d.offer.Devices), func(dev resourceapi.Device) bool { return d.dropped[dev.Name] })
 	devs = d.taintLocked(devs)
+	devs = d.taintUnavailableLocked(devs)
 	d.published = devs
 	d.watchers.kick()
 	if err := d.pub.Publish(ctx, devs, d.offer.CounterSets...); err != nil {

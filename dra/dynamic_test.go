@@ -318,8 +318,8 @@ func TestPublishCountersDropped(t *testing.T) {
 }
 
 // TestDriverPublishesDynamic: SetDynamic takes effect at the next
-// Advertise, and Update keeps it; a claim allocated a dynamic device is
-// refused clearly until the agent makes such devices.
+// Advertise, and Update keeps it; a driver without GPUs refuses clearly a
+// claim allocated a dynamic device.
 func TestDriverPublishesDynamic(t *testing.T) {
 	cs := newFake()
 	d := newDriver(t, cs, t.TempDir(), t.TempDir())
@@ -345,7 +345,7 @@ func TestDriverPublishesDynamic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := res["c1"].Err; err == nil || !strings.Contains(err.Error(), "made on demand") {
+	if err := res["c1"].Err; err == nil || !strings.Contains(err.Error(), "no GPUs to make MIG devices on") {
 		t.Errorf("prepare of a dynamic device = %v, want a refusal that says so", err)
 	}
 }

@@ -96,7 +96,8 @@ func (d *Driver) holderFromAPI(c resourceapi.ResourceClaim, known map[string]str
 
 // known maps the name of every device the GPUs hold now, and every one
 // last advertised, to its UUID; a device of a dynamic GPU to its GPU's
-// UUID, so that a claim allocated one holds the GPU. The GPUs are read
+// UUID, so that a claim allocated one holds the GPU, until its MIG device
+// is made, then to the MIG device's. The GPUs are read
 // afresh: a restarted agent checks claims before it first advertises.
 func (d *Driver) known() (map[string]string, error) {
 	d.mu.Lock()
@@ -106,6 +107,13 @@ func (d *Driver) known() (map[string]string, error) {
 	}
 	for name, dd := range d.offer.Dynamic {
 		out[name] = dd.GPUUUID
+	}
+	// A device made for a claim is its MIG device, whether or not its GPU
+	// is dynamic now (a GPU turning static keeps it until its claim ends).
+	for name, rec := range d.claims.rec.Instances {
+		if rec.UUID != "" {
+			out[name] = rec.UUID
+		}
 	}
 	d.mu.Unlock()
 	if d.cfg.GPUs == nil {

@@ -15,7 +15,7 @@ import (
 // writes the claim's CDI spec and records the claim before answering, so a
 // restarted agent still knows it. A claim already prepared gets the same
 // answer again.
-func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]PreparedDevices, error) {
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]PreparedDevices, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]PreparedDevices, len(claims))
@@ -26,7 +26,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 			out[c.UID] = resultOf(pc, d.cfg.NodeName)
 			continue
 		}
-		pc, err := d.prepare(c)
+		pc, err := d.prepare(ctx, c)
 		if err != nil {
 			out[c.UID] = PreparedDevices{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
@@ -46,7 +46,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 }
 
 // prepare finds the claim's devices on this node and writes its CDI spec.
-func (d *Driver) prepare(c *resourceapi.ResourceClaim) (carvev1.PreparedClaim, error) {
+func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (carvev1.PreparedClaim, error) {
 	if c.Status.Allocation == nil {
 		return carvev1.PreparedClaim{}, fmt.Errorf("not allocated")
 	}
@@ -57,7 +57,7 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (carvev1.PreparedClaim, e
 		if r.Driver != DriverName || r.Pool != d.cfg.NodeName {
 			continue
 		}
-		dev, err := d.preparedDevice(uid, r)
+		dev, err := d.preparedDevice(ctx, uid, r)
 		if err != nil {
 			return carvev1.PreparedClaim{}, err
 		}
@@ -76,10 +76,15 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (carvev1.PreparedClaim, e
 }
 
 // preparedDevice checks one allocated device: it must exist on the node,
-// and no other prepared claim may hold it unless it is shared.
-func (d *Driver) preparedDevice(uid string, r resourceapi.DeviceRequestAllocationResult) (carvev1.PreparedDevice, error) {
-	if _, dynamic := d.offer.Dynamic[r.Device]; dynamic {
-		return carvev1.PreparedDevice{}, fmt.Errorf("device %s stands for a MIG device made on demand, which this agent does not make yet", r.Device)
+// and no other prepared claim may hold it unless it is shared. The MIG
+// device a dynamic device stands for is made here.
+func (d *Driver) preparedDevice(ctx context.Context, uid string, r resourceapi.DeviceRequestAllocationResult) (carvev1.PreparedDevice, error) {
+	if dd, dynamic := d.offer.Dynamic[r.Device]; dynamic {
+		uuid, err := d.makeInstance(ctx, uid, r.Device, dd)
+		if err != nil {
+			return carvev1.PreparedDevice{}, err
+		}
+		return carvev1.PreparedDevice{Request: r.Request, Device: r.Device, UUID: uuid, CDIDevices: []string{d.cdi.DeviceID(uid)}}, nil
 	}
 	uuid, ok := d.offer.UUIDs[r.Device]
 	if !ok {
@@ -114,13 +119,19 @@ func resultOf(pc carvev1.PreparedClaim, pool string) PreparedDevices {
 	return res
 }
 
-// UnprepareResourceClaims removes each claim's CDI spec and forgets it; a
-// claim not prepared here is not an error.
-func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []ClaimRef) (map[types.UID]error, error) {
+// UnprepareResourceClaims destroys the MIG devices made for each claim,
+// removes its CDI spec and forgets it; a claim not prepared here is not an
+// error. A claim whose devices cannot be destroyed stays prepared, and its
+// error tells the kubelet to ask again.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []ClaimRef) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
+		if err := d.removeInstancesOf(ctx, string(c.UID)); err != nil {
+			out[c.UID] = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+			continue
+		}
 		out[c.UID] = d.cdi.Remove(string(c.UID))
 		delete(d.claims.rec.Claims, string(c.UID))
 	}

@@ -25,7 +25,7 @@ func opKinds(p partition.GPUPlan) []partition.OpKind {
 // followed, and a plan for a made instance is empty. Removal resumes the
 // same way.
 func TestInstancePlanResumes(t *testing.T) {
-	for stopAfter := 0; stopAfter <= 2; stopAfter++ {
+	for stopAfter := range 3 {
 		mach := newMachine(t, "h100-80gb*1")
 		d, err := mach.Device(0)
 		if err != nil {
