@@ -1,7 +1,7 @@
 package e2e
 
 import (
-	"slices"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +61,8 @@ func TestDynamicNeedsDRA(t *testing.T) {
 // TestDynamicUnderDRA: with --advertise dra, a GPU turning dynamic while a
 // claim's pod holds one of its MIG devices has the pod evicted (drain
 // policy evict), then its instances destroyed: it is left in MIG mode
-// with no instances, and the slice lists only the other GPU's devices.
+// with no instances, and the pool offers the other GPU's MIG devices and
+// the dynamic GPU's devices made on demand.
 func TestDynamicUnderDRA(t *testing.T) {
 	c := suite.Cluster(t)
 	freshNode(t, c)
@@ -73,7 +74,7 @@ func TestDynamicUnderDRA(t *testing.T) {
 	}
 	e.startAgent()
 	waitState(e.ctx, t, c, carvev1.StateSuccess, "static")
-	gen := e.waitSlice(0).Spec.Pool.Generation
+	e.waitSlice(0)
 
 	e.create(draClaim("on-gpu1", "mig.carve.dev", `device.attributes["gpu.carve.dev"].index == 1`, 1, false), claimPod("dyn-held", "on-gpu1", 10*time.Minute))
 	waitHolds(e.ctx, t, c, "dyn-held")
@@ -82,7 +83,6 @@ func TestDynamicUnderDRA(t *testing.T) {
 		t.Fatalf("the claim's pod on the GPU turning dynamic was not evicted: %v", err)
 	}
 	waitState(e.ctx, t, c, carvev1.StateSuccess, "hybrid")
-	s := e.waitSlice(gen)
 
 	gpus, err := partition.ReadInventory(e.m)
 	if err != nil {
@@ -94,12 +94,23 @@ func TestDynamicUnderDRA(t *testing.T) {
 	if g := gpus[0]; len(g.Instances) != 7 {
 		t.Errorf("GPU 0 (static) has %d instances, want 7", len(g.Instances))
 	}
-	var names []string
-	for _, d := range s.Spec.Devices {
-		names = append(names, d.Name)
-	}
-	if len(names) != 7 || slices.ContainsFunc(names, func(n string) bool { return !strings.HasPrefix(n, "gpu-0-") }) {
-		t.Errorf("slice devices %v, want the 7 MIG devices of GPU 0 only", names)
+	// GPU 0's seven MIG devices, and GPU 1's devices made on demand (1g.10gb
+	// at 7 placements, 3g.40gb at 2), in the pool's slices.
+	var static, dynamic int
+	err = harness.Poll(e.ctx, time.Minute, func(context.Context) (bool, error) {
+		static, dynamic = 0, 0
+		for _, n := range e.poolDevices() {
+			switch {
+			case strings.HasPrefix(n, "gpu-0-mig-"):
+				static++
+			case strings.HasPrefix(n, "gpu-1-dyn-"):
+				dynamic++
+			}
+		}
+		return static == 7 && dynamic == 9, nil
+	})
+	if err != nil {
+		t.Errorf("pool devices %v: %d static of GPU 0 and %d dynamic of GPU 1, want 7 and 9", e.poolDevices(), static, dynamic)
 	}
 	e.waitNoSpecs()
 }
