@@ -23,8 +23,8 @@ func Tables(res Result, short bool) []report.Table {
 	return tables
 }
 
-// Ratio bounds of the goals: carve-agent's settled RSS at most this
-// multiple of its floor.
+// floorRatio is the goals' bound against a floor: carve-agent's settled
+// RSS at most this multiple of it.
 const floorRatio = 1.05
 
 const floorsAbout = "Baselines, each a Go program started in the same run that does only what any node agent must " +
