@@ -67,6 +67,8 @@ func tables(cases []benchCase, results []series, l limits) []report.Table {
 		}
 		adjusted = append(adjusted, fmt.Sprintf("%s: %s, %s", c.short, report.Duration(r.stubMap), report.Ratio(r.p50(true), r.p50(false)-float64(r.stubMap))))
 	}
+	alloc.Goals = []report.Goal{{Name: fmt.Sprintf("carve's Allocate p50 within %.1fx the kubelet stub's", goal), Met: len(missed) == 0,
+		Figures: fmt.Sprintf("within it in %d of %d cases: %s", len(met), len(met)+len(missed), strings.Join(append(met, missed...), "; "))}}
 	alloc.Notes = append(goalNotes(met, missed), fmt.Sprintf(stubMapNote, strings.Join(adjusted, "; ")))
 	pref.Notes = []string{fmt.Sprintf(preferredNote, report.Duration(prefMap))}
 	return []report.Table{alloc, pref}

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/test/bench/report"
 	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
 )
@@ -307,5 +308,23 @@ func TestTables(t *testing.T) {
 	}
 	if got := tables[2].Rows[1][1:3]; !cmp.Equal(got, []string{"16.0", "0.0"}) {
 		t.Errorf("known periods: %v, want 16.0 reads and 0.0 writes per hour", got)
+	}
+	var goals []report.Goal
+	for _, tb := range tables {
+		goals = append(goals, tb.Goals...)
+	}
+	wantGoals := []report.Goal{
+		{Name: "a live update reaches the kubelet sooner than a restart (p50)", Met: true, Figures: "live faster in 2 of 2 figures"},
+		{Name: "a live repartition costs the API server fewer requests than a restart", Met: true,
+			Figures: "live 0.0 reads and 2.0 writes per repartition, a restart 4.0 and 5.0"},
+		{Name: "no writes at rest (API requests per node per hour at steady state)", Met: true,
+			Figures: "0.0 writes/hour (0.0 writes and 1.0 reads in 1m0s at rest); 60.0 reads/hour, 3.75x the floor of two informers' watch renewals"},
+	}
+	if diff := cmp.Diff(wantGoals, goals); diff != "" {
+		t.Errorf("goals (-want +got):\n%s", diff)
+	}
+	res.steady.writes = 1
+	if g := res.tables()[2].Goals[0]; g.Met || !strings.HasPrefix(g.Figures, "60.0 writes/hour") {
+		t.Errorf("steady goal with a write at rest: %+v, want not met, 60.0 writes/hour", g)
 	}
 }

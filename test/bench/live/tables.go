@@ -84,6 +84,7 @@ func (r *results) latencyTable() report.Table {
 		}
 	}
 	t.Notes = r.latencyNotes()
+	t.Goals = []report.Goal{r.latencyGoal()}
 	return t
 }
 
@@ -112,6 +113,22 @@ write is made, and once the process has exited it is started again with the same
 the signal, so the baseline's time includes the stop. Percentiles by nearest rank; ratio is live/restart
 (below 1: live is faster).`
 
+// latencyGoal says whether live is faster than restart at p50 in every
+// figure.
+func (r *results) latencyGoal() report.Goal {
+	var faster, all int
+	for _, s := range r.series {
+		for _, ep := range endPoints {
+			all++
+			if report.Percentile(durations(s.bySide(live), ep.pick), 0.5) < report.Percentile(durations(s.bySide(restart), ep.pick), 0.5) {
+				faster++
+			}
+		}
+	}
+	return report.Goal{Name: "a live update reaches the kubelet sooner than a restart (p50)", Met: all > 0 && faster == all,
+		Figures: fmt.Sprintf("live faster in %d of %d figures", faster, all)}
+}
+
 // latencyNotes say whether live is faster than restart.
 func (r *results) latencyNotes() []string {
 	var faster, slower []string
@@ -129,6 +146,7 @@ func (r *results) latencyNotes() []string {
 	}
 	notes := []string{fmt.Sprintf("Goal: a live update reaches the kubelet sooner than a restart. At p50, live is faster in %d of %d "+
 		"figures.", len(faster), len(faster)+len(slower))}
+
 	if len(slower) > 0 {
 		notes = append(notes, "Not faster: "+strings.Join(slower, "; ")+". The Node allocatable follows the kubelet's "+
 			"2 s node status period on both sides, so its ratio says little below that resolution.")
@@ -178,6 +196,10 @@ func (r *results) costTable() report.Table {
 			report.Ratio(l.reads, b.reads), report.Ratio(l.writes, b.writes)})
 	}
 	l, b := meanCost(lv), meanCost(rs)
+	t.Goals = []report.Goal{{Name: "a live repartition costs the API server fewer requests than a restart",
+		Met: l.reads+l.writes < b.reads+b.writes,
+		Figures: fmt.Sprintf("live %s reads and %s writes per repartition, a restart %s and %s", count(l.reads), count(l.writes),
+			count(b.reads), count(b.writes))}}
 	t.Notes = []string{fmt.Sprintf("Goal: a live repartition costs the API server fewer requests than a restart. Over all "+
 		"changes, live makes %s reads and %s writes per repartition, a restart %s and %s (ratios %s and %s).",
 		count(l.reads), count(l.writes), count(b.reads), count(b.writes), report.Ratio(l.reads, b.reads), report.Ratio(l.writes, b.writes))}
@@ -217,6 +239,10 @@ func (r *results) steadyTable() report.Table {
 		},
 	}
 	t.Notes = r.steadyNotes()
+	t.Goals = []report.Goal{{Name: "no writes at rest (API requests per node per hour at steady state)", Met: r.steady.writes == 0,
+		Figures: fmt.Sprintf("%s writes/hour (%s writes and %s reads in %s at rest); %s reads/hour, %s the floor of two informers' watch renewals",
+			count(measured.writes), count(r.steady.writes), count(r.steady.reads), r.steadyWindow.Round(time.Second),
+			count(measured.reads), report.Ratio(measured.reads, known.reads))}}
 	return t
 }
 
@@ -236,7 +262,8 @@ informers (the renewals of two watches).`
 // steadyNotes say whether the goal of no writes is met, and whether the
 // window saw more than the known periods explain.
 func (r *results) steadyNotes() []string {
-	notes := []string{"Goal: no writes at steady state. Met: the agent has no periodic write."}
+	notes := []string{fmt.Sprintf("Goal: no writes at steady state. Met: the window saw %s writes; the agent has no periodic write.",
+		count(r.steady.writes))}
 	if r.steady.writes > 0 {
 		notes[0] = fmt.Sprintf("Goal: no writes at steady state. Not met: the window saw %s writes.", count(r.steady.writes))
 	}

@@ -52,8 +52,16 @@ type Result struct {
 	// Agent holds carve-agent's readings, one per state: idle on whole
 	// GPUs, whole again after repartitions, dense.
 	Agent []Reading
-	// Floor is the floor program's reading, taken while the agent idled.
-	Floor Reading
+	// Floor is the floor (clientset)'s reading, NarrowFloor the floor
+	// (narrow client)'s and DRAFloor the floor (DRA library)'s, each
+	// taken while the agent idled in device-plugin mode.
+	Floor, NarrowFloor, DRAFloor Reading
+	// DRA holds carve-agent's readings with --advertise dra: idle on
+	// whole GPUs, and dense.
+	DRA []Reading
+	// DRADevices is the count of devices of the node's ResourceSlices
+	// once dense was in force with --advertise dra.
+	DRADevices int
 	// DenseAllocatable is the Node's allocatable DenseResource once dense
 	// was in force.
 	DenseAllocatable int64
@@ -70,7 +78,7 @@ type Result struct {
 type Reading struct {
 	// State names it ("idle, whole GPUs").
 	State string
-	// Devices is the number of devices advertised (0 for the floor).
+	// Devices is the number of devices advertised (0 for a floor).
 	Devices int
 	// Max is the most RSS seen from the start of the state's change to
 	// the settled reading, sampled every 100 ms.
@@ -104,46 +112,62 @@ func (m *measurer) cleanNode(ctx context.Context) error {
 	return harness.ResetNode(ctx, m.cs, m.c.NodeName())
 }
 
-// measure starts the floor and the agent and reads them in each state.
+// measure starts the floors and the agent and reads them in each state,
+// then the agent again with --advertise dra.
 func (m *measurer) measure(ctx context.Context) (Result, error) {
 	var res Result
-	floorBin, err := buildFloor(ctx, m.o.WorkDir)
-	if err != nil {
-		return res, err
-	}
 	if err := harness.ApplyProfiles(ctx, m.cs, cmNamespace, cmName, profiles); err != nil {
 		return res, err
 	}
-	floor, err := startFloor(ctx, floorBin, m.c, m.o.WorkDir)
+	floors, err := m.startFloors(ctx)
+	defer m.stopFloors(floors)
 	if err != nil {
 		return res, err
 	}
-	defer func() { _, _ = floor.Stop() }()
-	agent, err := m.startAgent()
-	if err != nil {
+	if err := m.devicePlugin(ctx, &res, floors); err != nil {
 		return res, err
+	}
+	if err := harness.ResetNode(ctx, m.cs, m.c.NodeName()); err != nil {
+		return res, err
+	}
+	return res, m.dra(ctx, &res)
+}
+
+// devicePlugin runs the agent in device-plugin mode through its states,
+// and reads the floors while it idles.
+func (m *measurer) devicePlugin(ctx context.Context, res *Result, floors []*proc) error {
+	agent, err := m.startAgent("agent", nil)
+	if err != nil {
+		return err
 	}
 	defer func() { _, _ = agent.Stop() }()
 	if res.Agent, err = m.states(ctx, agent); err != nil {
-		return res, fmt.Errorf("%w (agent log %s:\n%s)", err, agent.log, harness.Tail(agent.log, 15))
+		return fmt.Errorf("%w (agent log %s:\n%s)", err, agent.log, harness.Tail(agent.log, 15))
 	}
-	if res.Floor, err = m.readFloor(ctx, floor); err != nil {
-		return res, err
+	for i, dst := range []*Reading{&res.Floor, &res.NarrowFloor, &res.DRAFloor} {
+		if *dst, err = m.readFloor(ctx, floors[i], floorPrograms[i].state); err != nil {
+			return err
+		}
 	}
 	if res.DenseAllocatable, err = m.allocatable(ctx); err != nil {
-		return res, err
+		return err
 	}
-	if err := m.objectSizes(ctx, &res); err != nil {
-		return res, err
+	if err := m.objectSizes(ctx, res); err != nil {
+		return err
 	}
+	return stopAgent(agent)
+}
+
+// stopAgent stops the agent and says if it did not stop cleanly.
+func stopAgent(agent *proc) error {
 	code, err := agent.Stop()
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit code %d", code)
 	}
 	if err != nil {
-		return res, fmt.Errorf("carve-agent did not stop cleanly: %w (log %s:\n%s)", err, agent.log, harness.Tail(agent.log, 15))
+		return fmt.Errorf("carve-agent did not stop cleanly: %w (log %s:\n%s)", err, agent.log, harness.Tail(agent.log, 15))
 	}
-	return res, nil
+	return nil
 }
 
 // states takes the agent through its three states and reads it in each.
@@ -236,11 +260,11 @@ func (m *measurer) objectSizes(ctx context.Context, res *Result) error {
 
 // agentArgs are carve-agent's flags for the run: the cluster's node, a
 // simulated DGX H100 whose state is kept in dir, no simulated latency.
-func (m *measurer) agentArgs(dir string, port int) []string {
-	return []string{
+func (m *measurer) agentArgs(dir string, port int, extra []string) []string {
+	return append([]string{
 		"--node-name", m.c.NodeName(), "--kubeconfig", m.c.Kubeconfig(), "--config-map", cmNamespace + "/" + cmName,
 		"--gpus", "sim:dgx-h100", "--sim-state", filepath.Join(dir, "sim-state.json"), "--sim-latency", "none",
 		"--state-dir", filepath.Join(dir, "state"), "--device-plugin-dir", m.c.DevicePluginDir(),
 		"--pod-resources-socket", m.c.PodResourcesSocket(), "--metrics-addr", "127.0.0.1:" + strconv.Itoa(port),
-	}
+	}, extra...)
 }

@@ -1,11 +1,14 @@
 // Package memory measures carve-agent's resident memory (`make bench
 // BENCH=memory`): the carve-agent binary runs on the local cluster's node
 // with a simulated DGX H100, idle on whole GPUs, after a few repartitions,
-// and at 896 devices (8 GPUs x 7 MIG 1g.10gb x 16 replicas), and its RSS is
-// read from /proc and broken down into the binary mapped, the Go heap,
-// stacks and the runtime's own. Beside it, in the same run, a floor
-// program (./floor) does the least any Go node agent does: one client-go
-// informer on its Node and one gRPC server on a unix socket.
+// and at 896 devices (8 GPUs x 7 MIG 1g.10gb x 16 replicas), then again
+// with --advertise dra, idle and dense; its RSS is read from /proc and
+// broken down into the binary mapped, the Go heap, stacks and the
+// runtime's own. Beside it, in the same run, three floor programs do the
+// least any Go node agent does (one informer on its Node, one gRPC server
+// on a unix socket): with client-go's clientset (./floor), with a client
+// of core/v1 only (./floor-narrow), and with the clientset and the DRA
+// kubelet plugin library (./floor-dra).
 package memory
 
 import (

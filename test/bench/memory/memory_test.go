@@ -37,8 +37,14 @@ func TestMeasureShort(t *testing.T) {
 	if len(res.Agent) != 3 {
 		t.Fatalf("%d agent readings, want 3", len(res.Agent))
 	}
-	for _, r := range append(res.Agent, res.Floor) {
+	if len(res.DRA) != 2 {
+		t.Fatalf("%d DRA readings, want 2", len(res.DRA))
+	}
+	for _, r := range append(append(res.Agent, res.DRA...), res.Floor, res.NarrowFloor, res.DRAFloor) {
 		checkReading(t, r)
+	}
+	if res.DRADevices != DRADenseDevices {
+		t.Errorf("ResourceSlice devices %d at the dense state with DRA, want %d", res.DRADevices, DRADenseDevices)
 	}
 	if res.DenseAllocatable != DenseDevices {
 		t.Errorf("Node allocatable %s = %d at the dense state, want %d", DenseResource, res.DenseAllocatable, DenseDevices)

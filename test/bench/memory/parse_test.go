@@ -101,10 +101,11 @@ func TestTables(t *testing.T) {
 	r := func(state string, rss uint64) Reading {
 		return Reading{State: state, Devices: 8, Max: rss + 1<<20, Settled: Mem{RSS: rss, Peak: rss, Anon: 10 << 20, File: rss - 10<<20}}
 	}
-	res := Result{Agent: []Reading{r("idle", 50<<20), r("again", 52<<20), r("dense", 60<<20)}, Floor: r("floor", 40<<20)}
+	res := Result{Agent: []Reading{r("idle", 50<<20), r("again", 52<<20), r("dense", 60<<20)}, Floor: r("floor", 40<<20),
+		NarrowFloor: r("narrow", 20<<20), DRA: []Reading{r("DRA idle", 44<<20), r("DRA dense", 45<<20)}, DRAFloor: r("DRA floor", 50<<20)}
 	tables := Tables(res, false)
-	if len(tables) != 2 {
-		t.Fatalf("%d tables, want 2", len(tables))
+	if len(tables) != 3 {
+		t.Fatalf("%d tables, want 3", len(tables))
 	}
 	for _, tb := range tables {
 		if err := tb.Check(); err != nil {
@@ -114,10 +115,16 @@ func TestTables(t *testing.T) {
 			t.Errorf("table %q: command %q, about %d bytes, %d notes", tb.Title, tb.Command, len(tb.About), len(tb.Notes))
 		}
 	}
-	md := tables[0].Markdown()
-	for _, want := range []string{"| 61.0 MiB | 60.0 MiB | 40.0 MiB | 1.50x | 40.0 MiB | 1.50x | 64.0 MiB | 0.94x |", "Goal not met"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("table lacks %q:\n%s", want, md)
+	for i, wants := range [][]string{
+		{"| 61.0 MiB | 60.0 MiB | 40.0 MiB | 1.50x | 20.0 MiB | 3.00x | 40.0 MiB | 1.50x | 64.0 MiB | 0.94x |", "Goal not met", "3.00x at 896 devices"},
+		{"| 46.0 MiB | 45.0 MiB | 50.0 MiB | 0.90x | 20.0 MiB | 2.25x | 40.0 MiB | 1.12x |", "Goal not met"},
+		{"| RSS | 50.0 MiB | 52.0 MiB | 60.0 MiB | 44.0 MiB | 45.0 MiB | 40.0 MiB | 20.0 MiB | 50.0 MiB | 1.50x | 3.00x |"},
+	} {
+		md := tables[i].Markdown()
+		for _, want := range wants {
+			if !strings.Contains(md, want) {
+				t.Errorf("table %d lacks %q:\n%s", i, want, md)
+			}
 		}
 	}
 }

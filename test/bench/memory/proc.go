@@ -2,21 +2,16 @@ package memory
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/carve-dev/carve/test/cluster"
 	"github.com/carve-dev/carve/test/harness"
 )
 
@@ -37,14 +32,15 @@ func startProc(bin string, args []string, logPath string) (*proc, error) {
 	return &proc{Process: p, log: logPath}, nil
 }
 
-// startAgent starts carve-agent on the node, serving /metrics on a free
-// local port.
-func (m *measurer) startAgent() (*proc, error) {
+// startAgent starts carve-agent on the node with the run's flags and
+// extra, its files in the work directory's name, serving /metrics on a
+// free local port.
+func (m *measurer) startAgent(name string, extra []string) (*proc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(m.o.WorkDir, "agent")
+	dir := filepath.Join(m.o.WorkDir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("start carve-agent: %w", err)
 	}
@@ -52,7 +48,7 @@ func (m *measurer) startAgent() (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProc(bin, m.agentArgs(dir, port), filepath.Join(dir, "agent.log"))
+	p, err := startProc(bin, m.agentArgs(dir, port, extra), filepath.Join(dir, "agent.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -147,81 +143,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// buildFloor builds the floor program (./floor) and copies it cold into
-// dir.
-func buildFloor(ctx context.Context, dir string) (string, error) {
-	root, err := harness.RepoRoot(".")
-	if err != nil {
-		return "", fmt.Errorf("build floor: %w", err)
-	}
-	tmp, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return "", fmt.Errorf("build floor: %w", err)
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	out := filepath.Join(tmp, "floor")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./bench/memory/floor")
-	cmd.Dir = filepath.Join(root, "test")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build floor: %w\n%s", err, b)
-	}
-	return coldCopy(out, dir)
-}
-
-// startFloor starts the floor program on the node and waits until it is
-// ready (its informer synced, its socket listening).
-func startFloor(ctx context.Context, bin string, c *cluster.Cluster, dir string) (*proc, error) {
-	stats := filepath.Join(dir, "floor-memstats.json")
-	args := []string{"--kubeconfig", c.Kubeconfig(), "--node-name", c.NodeName(),
-		"--socket", filepath.Join(dir, "floor.sock"), "--memstats", stats}
-	p, err := startProc(bin, args, filepath.Join(dir, "floor.log"))
-	if err != nil {
-		return nil, err
-	}
-	p.stats = stats
-	err = harness.PollEvery(ctx, 50*time.Millisecond, time.Minute, func(context.Context) (bool, error) {
-		if p.Exited() {
-			return false, errors.New("floor exited")
-		}
-		b, err := os.ReadFile(p.log)
-		return err == nil && strings.Contains(string(b), "ready"), nil
-	})
-	if err != nil {
-		_, _ = p.Stop()
-		return nil, fmt.Errorf("floor: %w (log: %s)", err, harness.Tail(p.log, 10))
-	}
-	return p, nil
-}
-
-// readFloor reads the floor's memory and asks it (SIGUSR1) for its Go
-// runtime's figures.
-func (m *measurer) readFloor(ctx context.Context, p *proc) (Reading, error) {
-	r := Reading{State: "floor: one Node informer + one gRPC server"}
-	var err error
-	if r.Settled, err = ReadMem(p.PID()); err != nil {
-		return r, fmt.Errorf("floor: %w", err)
-	}
-	r.Max = r.Settled.Peak
-	_ = os.Remove(p.stats)
-	if err := p.Signal(syscall.SIGUSR1); err != nil {
-		return r, fmt.Errorf("floor: %w", err)
-	}
-	err = harness.PollEvery(ctx, 20*time.Millisecond, 10*time.Second, func(context.Context) (bool, error) {
-		b, err := os.ReadFile(p.stats)
-		if errors.Is(err, fs.ErrNotExist) {
-			return false, nil // not written yet
-		}
-		if err != nil {
-			return false, err
-		}
-		return true, json.Unmarshal(b, &r.Go)
-	})
-	if err != nil {
-		return r, fmt.Errorf("floor: memstats: %w", err)
-	}
-	return r, nil
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

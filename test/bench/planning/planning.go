@@ -74,6 +74,7 @@ func Run(ctx context.Context, o Options) ([]report.Table, error) {
 	}
 	t.Rows = cells(rows, o.Budget)
 	t.Notes = notes(rows, o)
+	t.Goals = goals(rows)
 	if err := t.Check(); err != nil {
 		return nil, fmt.Errorf("planning: %w", err)
 	}

@@ -55,6 +55,10 @@ func TestRunShort(t *testing.T) {
 			t.Errorf("%s on %s GPUs: the brute force did not finish in short mode: %q, %q", r[0], r[1], r[4], r[6])
 		}
 	}
+	if g := tab.Goals[0]; !g.Met || !strings.HasPrefix(g.Figures, "as many operations as the brute force's fewest in 12 of 12 cases") ||
+		!strings.Contains(g.Figures, "2339 operations in all against 2339, ops ratio 1.00x") {
+		t.Errorf("fewest-operations goal %+v, want met in 12 of 12 cases", g)
+	}
 	if n := strings.Count(log.String(), "\n"); n != len(want) {
 		t.Errorf("%d progress lines, want %d:\n%s", n, len(want), log.String())
 	}
@@ -81,6 +85,9 @@ func TestRunBudgetExhausted(t *testing.T) {
 		if !strings.HasSuffix(r[10], "(stopped)") || strings.Contains(r[2], "n/a") || r[8] != "n/a" {
 			t.Errorf("%s: states %q, carve %q, ops ratio %q", r[0], r[10], r[2], r[8])
 		}
+	}
+	if g := tab.Goals[0]; g.Met || !strings.Contains(g.Figures, "the brute force finished 0") {
+		t.Errorf("fewest-operations goal %+v, want not met: the brute force finished no case", g)
 	}
 	if !strings.Contains(strings.Join(tab.Notes, "\n"), "did not finish within its budget") {
 		t.Errorf("notes do not say the brute force ran out of time:\n%s", strings.Join(tab.Notes, "\n"))

@@ -181,7 +181,7 @@ func notes(rows []row, o Options) []string {
 	if n := goalNote(rows); n != "" {
 		out = append(out, n)
 	}
-	out = append(out, bruteNote(rows, o.Budget))
+	out = append(out, goalVerdict(fewestGoal(rows)), bruteNote(rows, o.Budget))
 	if n := ratioNote(rows); n != "" {
 		out = append(out, n)
 	}

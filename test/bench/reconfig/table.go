@@ -43,6 +43,9 @@ func transitionTable(results []result) report.Table {
 	}
 	t.Rows = append(t.Rows, transitionRow(fmt.Sprintf("total (%d transitions)", len(results)), "", total.carve, total.wipe))
 	t.Notes = transitionNotes(results, total)
+	t.Goals = []report.Goal{{Name: "no GPU instance destroyed that both geometries hold", Met: total.carve.destroyedWanted == 0,
+		Figures: fmt.Sprintf("carve rebuilt %d of the %d GPU instances it destroyed; the wipe %d of %d", total.carve.destroyedWanted,
+			total.carve.destroyed, total.wipe.destroyedWanted, total.wipe.destroyed)}}
 	return t
 }
 

@@ -56,6 +56,7 @@ func (r Run) Markdown() string {
 	m := r.Machine
 	fmt.Fprintf(&b, "Machine: %d cores (%s), Linux %s, %s; load average (1, 5, 15 min) %s before and %s after.\n\n",
 		m.Cores, m.CPU, m.Kernel, m.Go, m.LoadBefore, m.LoadAfter)
+	b.WriteString(r.Goals())
 	for i, s := range r.Sections {
 		fmt.Fprintf(&b, "## %d. %s\n\n", i+1, s.Title)
 		if s.Err != nil {
@@ -70,6 +71,34 @@ func (r Run) Markdown() string {
 	b.WriteString(EndMarker + "\n")
 	return b.String()
 }
+
+// Goals writes the Goals section: every goal of the run's tables, met or
+// not, with its figures, and the sections not measured.
+func (r Run) Goals() string {
+	var b strings.Builder
+	b.WriteString("## Goals\n\n| goal | section | met | figures |\n|---|---|---|---|\n")
+	for i, s := range r.Sections {
+		where := fmt.Sprintf("%d. %s", i+1, s.Title)
+		if s.Err != nil {
+			fmt.Fprintf(&b, "| - | %s | not measured in this run | - |\n", where)
+			continue
+		}
+		for _, t := range s.Tables {
+			for _, g := range t.Goals {
+				met := "**not met**"
+				if g.Met {
+					met = "met"
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(g.Name), where, met, cell(g.Figures))
+			}
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// cell makes s fit in a markdown table cell.
+func cell(s string) string { return strings.ReplaceAll(oneLine(s), "|", `\|`) }
 
 // Rewrite replaces the generated part of the file at path with generated
 // (Run.Markdown's output, markers included), keeping the text before and

@@ -26,6 +26,19 @@ type Table struct {
 	Rows    [][]string
 	// Notes are paragraphs after the table (goals met or not, and why).
 	Notes []string
+	// Goals are the goals the table's figures are held to, met or not;
+	// the run lists them all at the top of docs/benchmarks.md.
+	Goals []Goal
+}
+
+// Goal is one of carve's goals and how a run measured against it.
+type Goal struct {
+	// Name states the goal ("RSS at most 40 MiB").
+	Name string
+	// Met says whether the run met it.
+	Met bool
+	// Figures are what the run measured, against the goal's bound.
+	Figures string
 }
 
 // Markdown writes t as a level-3 section.

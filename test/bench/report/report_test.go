@@ -82,11 +82,13 @@ func TestRewrite(t *testing.T) {
 	run := Run{Command: "make bench", Started: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC),
 		Finished: time.Date(2026, 11, 25, 10, 12, 3, 0, time.UTC), Machine: Machine{Cores: 2, CPU: "cpu", Kernel: "6.1", Go: "go1.26"},
 		Sections: []Section{
-			{Title: "One", Tables: []Table{{Title: "T", Columns: []string{"a"}, Rows: [][]string{{"1"}}}}, Took: time.Second},
+			{Title: "One", Tables: []Table{{Title: "T", Columns: []string{"a"}, Rows: [][]string{{"1"}},
+				Goals: []Goal{{Name: "a under 2", Met: true, Figures: "1"}, {Name: "a | b", Figures: "3 against 2"}}}}, Took: time.Second},
 			{Title: "Two", Err: errors.New("needs\nroot")},
 		}}
 	gen := run.Markdown()
-	for _, want := range []string{"## 1. One", "## 2. Two", "**Not measured in this run**: needs root", "(12m3s in all)", "2 cores (cpu)"} {
+	for _, want := range []string{"## Goals\n\n| goal | section | met | figures |\n|---|---|---|---|\n" +
+		"| a under 2 | 1. One | met | 1 |\n| a \\| b | 1. One | **not met** | 3 against 2 |\n| - | 2. Two | not measured in this run | - |\n\n## 1. One", "## 2. Two", "**Not measured in this run**: needs root", "(12m3s in all)", "2 cores (cpu)"} {
 		if !strings.Contains(gen, want) {
 			t.Errorf("generated part lacks %q:\n%s", want, gen)
 		}

@@ -109,6 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		r.Sections = append(r.Sections, s)
 	}
 	r.Finished, r.Machine = time.Now(), report.ReadMachine(loadBefore)
+	fmt.Fprint(stdout, r.Goals())
 	if o.write != "" {
 		if err := report.Rewrite(o.write, r.Markdown()); err != nil {
 			return err

@@ -84,4 +84,9 @@ func TestShortRunInMemory(t *testing.T) {
 	if !strings.Contains(strings.ToLower(out.String()), "ratio") {
 		t.Errorf("no ratio column printed:\n%s", out.String())
 	}
+	for _, want := range []string{"## Goals", "| carve's plans have the fewest operations: ops ratio (carve/brute force) 1.00x in every case | 3. Planning cost as machines grow | met |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("goals printed lack %q:\n%s", want, out.String())
+		}
+	}
 }
