@@ -44,6 +44,7 @@ type Metrics struct {
 	stuck         *prometheus.GaugeVec
 	buildInfo     *prometheus.GaugeVec
 	live          *liveCollector
+	dra           *draMetrics
 
 	// The series last set, so that the next reconcile deletes only those
 	// that went: a scrape never sees a vector emptied halfway. Only the
@@ -96,8 +97,9 @@ func NewMetrics(reg prometheus.Registerer, build buildinfo.Info) (*Metrics, erro
 			Help: "Always 1; its labels are the agent's build: version, revision (source commit) and go_version.",
 		}, []string{"version", "revision", "go_version"}),
 		live: newLiveCollector(),
+		dra:  newDRAMetrics(),
 	}
-	for _, c := range []prometheus.Collector{m.reconciles, m.applyDuration, m.devices, m.state, m.profile, m.slotHeld, m.waiting, m.halted, m.drainDeadline, m.stuck, m.buildInfo, m.live} {
+	for _, c := range append([]prometheus.Collector{m.reconciles, m.applyDuration, m.devices, m.state, m.profile, m.slotHeld, m.waiting, m.halted, m.drainDeadline, m.stuck, m.buildInfo, m.live}, m.dra.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register agent metrics: %w", err)
 		}

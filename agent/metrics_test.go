@@ -402,6 +402,8 @@ func TestNewExportsMetrics(t *testing.T) {
 		"carve_agent_rollout_slot_stuck_seconds",
 		"carve_agent_rollout_waiting", "carve_agent_state",
 		"carve_device_plugin_allocation_failures_total", "carve_device_plugin_allocations_total", "carve_device_plugin_xid_events_total",
+		"carve_dra_dynamic_devices", "carve_dra_largest_placeable_profile_slices", "carve_dra_prepare_duration_seconds",
+		"carve_dra_prepare_failures_total", "carve_dra_unprepare_duration_seconds", "carve_dra_unprepare_failures_total",
 	}
 	if diff := cmp.Diff(want, carve); diff != "" {
 		t.Errorf("carve's metric names (-want +got):\n%s", diff)

@@ -145,19 +145,23 @@ func New(cfg Config) (*Agent, error) {
 		gate = partition.NewGate(cfg.GPUs)
 		cfg.GPUs = gate
 	}
-	side, err := newKubeletSide(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
-	}
 	var metrics *Metrics
 	if cfg.Registerer != nil {
+		var err error
 		if metrics, err = NewMetrics(cfg.Registerer, cfg.Version); err != nil {
 			return nil, fmt.Errorf("agent: metrics: %w", err)
 		}
 	}
+	side, err := newKubeletSide(cfg, metrics.DRA())
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	ctrl, ro := newController(cfg, side, metrics)
 	ctrl.Reconciler.Driver = gate
 	metrics.watch(ctrl.Ready, advertisedOf(side.plugin))
+	if side.driver != nil {
+		metrics.watchDRA(side.driver)
+	}
 	scheme, err := kubeclient.NewScheme()
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -222,8 +226,9 @@ type kubeletSide struct {
 }
 
 // newKubeletSide builds the device plugin or the DRA driver (or neither,
-// with Advertise none) and the source of the devices in use.
-func newKubeletSide(cfg Config) (kubeletSide, error) {
+// with Advertise none) and the source of the devices in use; the driver
+// tells draMetrics (nil: nothing) of its prepares.
+func newKubeletSide(cfg Config, draMetrics dra.Metrics) (kubeletSide, error) {
 	s := kubeletSide{devices: NoAdvertiser{}, inUse: NothingInUse{}}
 	if cfg.PodResourcesSocket != PodResourcesNone {
 		s.inUse = plugin.NewPodResourcesClient(cfg.PodResourcesSocket, 0)
@@ -250,7 +255,7 @@ func newKubeletSide(cfg Config) (kubeletSide, error) {
 		driver, err := dra.New(dra.Config{
 			Client: cfg.Client, NodeName: cfg.NodeName, KubeletRootDir: cfg.KubeletRootDir,
 			CDIDir: cfg.CDIDir, StateDir: cfg.StateDir, GPUs: cfg.GPUs, Logger: cfg.Logger,
-			Health: healthOptions(cfg), CountXID: countXID,
+			Health: healthOptions(cfg), CountXID: countXID, Metrics: draMetrics,
 		})
 		if err != nil {
 			return kubeletSide{}, err

@@ -53,6 +53,9 @@ type Config struct {
 	// CountXID, if set, is called for every XID event the watch sees;
 	// ignored says whether the policy ignores it.
 	CountXID func(ignored bool)
+	// Metrics, if set, is told how each claim's prepare and unprepare
+	// went.
+	Metrics Metrics
 	// HealthResendInterval is how often the devices' health is sent to
 	// the kubelet again when nothing changed; default
 	// DefaultHealthResendInterval. It must stay below HealthCheckTimeout.
@@ -91,6 +94,8 @@ type Driver struct {
 	health *xidhealth.Tracker
 	// watchers are the kubelet's health streams, told of every change.
 	watchers healthWatchers
+	// layouts are the dynamic GPUs' layouts, for LargestPlaceable.
+	layouts layoutCache
 }
 
 // New returns a Driver. It loads the prepared claims and removes CDI specs

@@ -38,7 +38,7 @@ func (d *Driver) makeInstance(ctx context.Context, uid, name string, dd DynamicD
 	rec, ok := d.claims.rec.Instances[name]
 	switch {
 	case ok && rec.Claim != uid:
-		return "", fmt.Errorf("device %s is already made for claim %s", name, rec.Claim)
+		return "", failed(FailureDeviceHeld, fmt.Errorf("device %s is already made for claim %s", name, rec.Claim))
 	case ok && rec.State == carvev1.InstanceMade:
 		return rec.UUID, nil
 	case !ok:

@@ -2,8 +2,10 @@ package dra
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,13 +22,16 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	defer d.mu.Unlock()
 	out := make(map[types.UID]PreparedDevices, len(claims))
 	var added []string
+	var obs []observation // of the claims prepared by this call, in order
 	for _, c := range claims {
 		uid := string(c.UID)
 		if pc, ok := d.claims.rec.Claims[uid]; ok {
 			out[c.UID] = resultOf(pc, d.cfg.NodeName)
 			continue
 		}
+		start := time.Now()
 		pc, err := d.prepare(ctx, c)
+		obs = append(obs, observation{dynamic: d.allocatedDynamic(c), took: time.Since(start), failure: failureOf(err, FailureMake)})
 		if err != nil {
 			out[c.UID] = PreparedDevices{Err: fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
@@ -40,15 +45,22 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			delete(d.claims.rec.Claims, uid)
 			_ = d.cdi.Remove(uid)
 		}
+		for i := range obs {
+			if obs[i].failure == "" {
+				obs[i].failure = FailureRecord
+			}
+		}
+		d.observePrepared(obs)
 		return nil, err
 	}
+	d.observePrepared(obs)
 	return out, nil
 }
 
 // prepare finds the claim's devices on this node and writes its CDI spec.
 func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (carvev1.PreparedClaim, error) {
 	if c.Status.Allocation == nil {
-		return carvev1.PreparedClaim{}, fmt.Errorf("not allocated")
+		return carvev1.PreparedClaim{}, failed(FailureNotAllocated, errors.New("not allocated"))
 	}
 	uid := string(c.UID)
 	pc := carvev1.PreparedClaim{Namespace: c.Namespace, Name: c.Name}
@@ -65,11 +77,11 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (car
 		uuids = append(uuids, dev.UUID)
 	}
 	if len(pc.Devices) == 0 {
-		return carvev1.PreparedClaim{}, fmt.Errorf("no device of driver %s in pool %s is allocated", DriverName, d.cfg.NodeName)
+		return carvev1.PreparedClaim{}, failed(FailureNotAllocated, fmt.Errorf("no device of driver %s in pool %s is allocated", DriverName, d.cfg.NodeName))
 	}
 	path, err := d.cdi.Write(uid, uuids)
 	if err != nil {
-		return carvev1.PreparedClaim{}, err
+		return carvev1.PreparedClaim{}, failed(FailureCDI, err)
 	}
 	pc.CDISpec = path
 	return pc, nil
@@ -82,16 +94,16 @@ func (d *Driver) preparedDevice(ctx context.Context, uid string, r resourceapi.D
 	if dd, dynamic := d.offer.Dynamic[r.Device]; dynamic {
 		uuid, err := d.makeInstance(ctx, uid, r.Device, dd)
 		if err != nil {
-			return carvev1.PreparedDevice{}, err
+			return carvev1.PreparedDevice{}, failed(FailureMake, err)
 		}
 		return carvev1.PreparedDevice{Request: r.Request, Device: r.Device, UUID: uuid, CDIDevices: []string{d.cdi.DeviceID(uid)}}, nil
 	}
 	uuid, ok := d.offer.UUIDs[r.Device]
 	if !ok {
-		return carvev1.PreparedDevice{}, fmt.Errorf("device %s is not on node %s (gone in a repartition, or not yet published since the agent started)", r.Device, d.cfg.NodeName)
+		return carvev1.PreparedDevice{}, failed(FailureUnknownDevice, fmt.Errorf("device %s is not on node %s (gone in a repartition, or not yet published since the agent started)", r.Device, d.cfg.NodeName))
 	}
 	if other := d.claims.holderOf(r.Device, uid); other != "" && !d.shared(r.Device) {
-		return carvev1.PreparedDevice{}, fmt.Errorf("device %s is already prepared for claim %s", r.Device, other)
+		return carvev1.PreparedDevice{}, failed(FailureDeviceHeld, fmt.Errorf("device %s is already prepared for claim %s", r.Device, other))
 	}
 	dev := carvev1.PreparedDevice{Request: r.Request, Device: r.Device, UUID: uuid, CDIDevices: []string{d.cdi.DeviceID(uid)}}
 	if r.ShareID != nil {
@@ -127,16 +139,32 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []ClaimRef)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]error, len(claims))
+	var obs []observation // of the claims prepared here, in order
 	for _, c := range claims {
-		if err := d.removeInstancesOf(ctx, string(c.UID)); err != nil {
+		uid := string(c.UID)
+		_, prepared := d.claims.rec.Claims[uid]
+		dynamic := d.hasInstances(uid)
+		start := time.Now()
+		if err := d.removeInstancesOf(ctx, uid); err != nil {
 			out[c.UID] = fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+			obs = append(obs, observation{dynamic: true, took: time.Since(start), failure: FailureDestroy})
 			continue
 		}
-		out[c.UID] = d.cdi.Remove(string(c.UID))
-		delete(d.claims.rec.Claims, string(c.UID))
+		out[c.UID] = d.cdi.Remove(uid)
+		delete(d.claims.rec.Claims, uid)
+		if prepared || dynamic {
+			obs = append(obs, observation{dynamic: dynamic, took: time.Since(start), failure: failureOf(failed(FailureCDI, out[c.UID]), "")})
+		}
 	}
 	if err := d.claims.save(); err != nil {
+		for i := range obs {
+			if obs[i].failure == "" {
+				obs[i].failure = FailureRecord
+			}
+		}
+		d.observeUnprepared(obs)
 		return nil, err
 	}
+	d.observeUnprepared(obs)
 	return out, nil
 }
