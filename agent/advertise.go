@@ -102,7 +102,7 @@ func (p *pass) record(res timeslice.Resources) (map[string]string, carvev1.NodeR
 	rec := carvev1.NodeRecord{
 		Profile: applied, ProfileHash: hash, Selected: SelectedFrom(p.sel, pinLabel), State: p.state, AgentVersion: p.r.AgentVersion, ConfigMap: p.r.ConfigMap,
 		LastError: lastErr, Waiting: p.waitReason, Change: p.r.change, InUse: p.inUseRecord(), Applying: p.r.applying,
-		GPUs:   p.markWithheld(GPURecords(p.node.GPUs, res, p.sharing)),
+		GPUs:   p.markDynamic(p.markWithheld(GPURecords(p.node.GPUs, res, p.sharing))),
 		Labels: slices.Sorted(maps.Keys(labels)),
 	}
 	return labels, carvev1.Next(p.in.Previous, rec, p.in.Now)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/dra"
@@ -58,6 +57,11 @@ type DynamicAdvertiser interface {
 	// ClaimInstances returns the placements of the MIG devices made for
 	// claims, by GPU UUID.
 	ClaimInstances() map[string][]partition.Placement
+	// Dynamic returns the GPUs offered as dynamic.
+	Dynamic() []dra.DynamicGPU
+	// MadeInstances returns the MIG devices made for claims, with the
+	// claims' names.
+	MadeInstances() []dra.MadeInstance
 }
 
 var _ DynamicAdvertiser = (*dra.Driver)(nil)
@@ -72,25 +76,12 @@ func (p *pass) claimInstances() map[string][]partition.Placement {
 }
 
 // planningView is the node as the planner sees it for want: on each GPU
-// dynamic in want, the instances made for claims are left out, since they
-// are the claims' and not the profile's (the target of a dynamic GPU is
-// MIG on with no instances of its own). Call it after reading the GPUs:
+// dynamic in want, the instances made for claims are left out
+// (desired.State.WithoutClaimInstances). Call it after reading the GPUs:
 // a device made for a claim is recorded before it is made, so one the read
 // found is in claims.
 func planningView(node partition.Node, want desired.State, claims map[string][]partition.Placement) partition.Node {
-	if len(want.Dynamic) == 0 || len(claims) == 0 {
-		return node
-	}
-	out := partition.Node{GPUs: slices.Clone(node.GPUs), Models: node.Models}
-	for i, g := range out.GPUs {
-		if _, dynamic := want.Dynamic[g.Index]; !dynamic {
-			continue
-		}
-		out.GPUs[i].Instances = slices.DeleteFunc(slices.Clone(g.Instances), func(in partition.Instance) bool {
-			return slices.Contains(claims[g.UUID], in.Placement)
-		})
-	}
-	return out
+	return want.WithoutClaimInstances(node, claims)
 }
 
 // offerDynamic tells a DynamicAdvertiser which GPUs to offer as dynamic

@@ -93,6 +93,28 @@ func (s State) DynamicGPUs() []int {
 	return slices.Sorted(maps.Keys(s.Dynamic))
 }
 
+// WithoutClaimInstances returns the node as the planner sees it for s: on
+// each GPU dynamic in s, the instances made for claims (their placements
+// by GPU UUID) are left out, since they are the claims' and not the
+// profile's (the target of a dynamic GPU is MIG on with no instances of
+// its own). On a GPU static in s they stay, for the plan to destroy. The
+// agent plans from this view, and so does a preview of its plan.
+func (s State) WithoutClaimInstances(node partition.Node, claims map[string][]partition.Placement) partition.Node {
+	if len(s.Dynamic) == 0 || len(claims) == 0 {
+		return node
+	}
+	out := partition.Node{GPUs: slices.Clone(node.GPUs), Models: node.Models}
+	for i, g := range out.GPUs {
+		if _, dynamic := s.Dynamic[g.Index]; !dynamic {
+			continue
+		}
+		out.GPUs[i].Instances = slices.DeleteFunc(slices.Clone(g.Instances), func(in partition.Instance) bool {
+			return slices.Contains(claims[g.UUID], in.Placement)
+		})
+	}
+	return out
+}
+
 // Plan plans the node's GPUs to the state; devices in inUse (MIG device
 // UUIDs) are never destroyed (see partition.PlanNode).
 func (s State) Plan(node partition.Node, inUse map[string]bool) (partition.NodePlan, error) {

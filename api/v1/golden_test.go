@@ -192,6 +192,11 @@ func goldenRecord() NodeRecord {
 					ComputeInstances: []ComputeInstanceRecord{{ID: 1, ComputeSlices: 3, UUID: "MIG-b2"}}},
 			}},
 			{Index: 2, UUID: "GPU-c", Model: "H100-80GB", MIGMode: "enabled", NotAdvertised: NotAdvertisedLost},
+			{Index: 3, UUID: "GPU-d", Model: "H100-80GB", MIGMode: "enabled", Instances: []InstanceRecord{
+				{Profile: "3g.40gb", Placement: Placement{Start: 4, Size: 4}, GIID: 1, UUID: "MIG-d1",
+					ComputeInstances: []ComputeInstanceRecord{{ID: 0, ComputeSlices: 3, UUID: "MIG-d1"}},
+					Claim:            &ClaimRecord{UID: "0b5c7e3a-uid", Namespace: "ml", Name: "dyn-big", State: InstanceMade}},
+			}, Dynamic: &DynamicRecord{Profiles: []string{"1g.10gb", "3g.40gb"}, Offered: true}},
 		},
 		InUse:    &InUseRecord{Devices: []DeviceInUse{{UUID: "MIG-b2", Pods: []string{"ml/train-0"}}}},
 		Applying: &ApplyRecord{Profile: "training", Started: "2026-02-01T00:00:00Z", OpsDone: 2, Ops: 6},

@@ -164,6 +164,11 @@ type GPURecord struct {
 	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
 	// Instances are the MIG instances, by placement.
 	Instances []InstanceRecord `json:"instances,omitempty"`
+	// Dynamic is set on a GPU the profile in force makes dynamic: its MIG
+	// devices are made on demand for DRA claims, and its instances are
+	// those made for claims (each with its Claim). Nil on other GPUs, and
+	// in a record an older agent wrote.
+	Dynamic *DynamicRecord `json:"dynamic,omitempty"`
 	// NotAdvertised says why none of the GPU's devices is advertised
 	// (NotAdvertisedLost, NotAdvertisedNew, NotAdvertisedDriverUpgrade),
 	// "" while the GPU is
@@ -171,6 +176,17 @@ type GPURecord struct {
 	// realised on it; an agent that starts and finds this set keeps the
 	// GPU unadvertised until then.
 	NotAdvertised string `json:"notAdvertised,omitempty"`
+}
+
+// DynamicRecord is how a dynamic GPU is offered to claims.
+type DynamicRecord struct {
+	// Profiles are the MIG profiles claims may be given on the GPU: those
+	// the profile entry lists, or every profile of the GPU's model.
+	Profiles []string `json:"profiles"`
+	// Offered is true while the GPU's devices are published for claims;
+	// false while the GPU changes to dynamic (its other instances
+	// destroyed, MIG mode turned on) or its devices are withheld.
+	Offered bool `json:"offered,omitempty"`
 }
 
 // Values of GPURecord.NotAdvertised.
@@ -203,6 +219,31 @@ type InstanceRecord struct {
 	// incomplete one. A record an older agent wrote has none, and its GPUs
 	// no MemoryMiB.
 	ComputeInstances []ComputeInstanceRecord `json:"computeInstances,omitempty"`
+	// Claim is set on an instance carve made for a DRA claim: the claim
+	// it belongs to. Nil on other instances.
+	Claim *ClaimRecord `json:"claim,omitempty"`
+}
+
+// ClaimRecord is the ResourceClaim a MIG instance was made for.
+type ClaimRecord struct {
+	// UID is the claim's UID.
+	UID string `json:"uid"`
+	// Namespace and Name are the claim's, empty until its prepare has
+	// finished (and after the claim is gone, until the instance is
+	// destroyed).
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// State is InstanceMaking, InstanceMade or InstanceRemoving.
+	State string `json:"state"`
+}
+
+// String is the claim as "namespace/name", or "claim UID" while its name
+// is not known.
+func (c ClaimRecord) String() string {
+	if c.Name == "" {
+		return "claim " + c.UID
+	}
+	return c.Namespace + "/" + c.Name
 }
 
 // ComputeInstanceRecord is one compute instance of a MIG instance.
