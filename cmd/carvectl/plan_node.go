@@ -82,16 +82,18 @@ func runPlanNode(q nodePlanQuery, kubeconfig string, stdout, stderr io.Writer, n
 	if err != nil {
 		return reportUnrealisable(report, profile, "node "+q.node, err)
 	}
-	// As the agent plans: without the devices in use first, and with them
-	// when there is something to do.
-	plan, err := want.Plan(n.gpus, nil)
+	// As the agent plans: on dynamic GPUs without the MIG devices made for
+	// claims, without the devices in use first, and with them when there
+	// is something to do.
+	view := want.WithoutClaimInstances(n.gpus, claimPlacements(n.rec))
+	plan, err := want.Plan(view, nil)
 	if err == nil && !plan.NoOp() {
-		plan, err = want.Plan(n.gpus, n.inUse)
+		plan, err = want.Plan(view, n.inUse)
 	}
 	if err != nil {
 		return reportUnrealisable(report, profile, "node "+q.node, err)
 	}
-	res, err := want.Resources(n.gpus, plan)
+	res, err := want.Resources(view, plan)
 	if err != nil {
 		return err
 	}
@@ -102,7 +104,7 @@ func runPlanNode(q nodePlanQuery, kubeconfig string, stdout, stderr io.Writer, n
 		return enc.Encode(out)
 	}
 	fmt.Fprintf(stdout, "Node %s, as its record of %s says (generation %d); profile %s %s.\n\n", q.node, orDash(n.rec.LastTransition), n.rec.Generation, profile, why)
-	if err := writePlanTable(stdout, out, plan, n.gpus, want.Dynamic, holders(n.rec.InUse)); err != nil {
+	if err := writePlanTable(stdout, out, plan, view, want.Dynamic, holders(n.rec.InUse)); err != nil {
 		return err
 	}
 	writeNodeNotes(stdout, n, f, plan, q.now)
@@ -193,6 +195,20 @@ func reportUnrealisable(w io.Writer, profile, where string, err error) error {
 		fmt.Fprintf(w, "  %s\n", line)
 	}
 	return exitError{1}
+}
+
+// claimPlacements returns the placements of the MIG devices the record
+// says were made for claims, by GPU UUID.
+func claimPlacements(rec carvev1.NodeRecord) map[string][]partition.Placement {
+	out := map[string][]partition.Placement{}
+	for _, g := range rec.GPUs {
+		for _, in := range g.Instances {
+			if in.Claim != nil {
+				out[g.UUID] = append(out[g.UUID], partition.PlacementFromV1(in.Placement))
+			}
+		}
+	}
+	return out
 }
 
 // holders maps each device in use to the pods that hold it.

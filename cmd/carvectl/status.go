@@ -175,6 +175,9 @@ func status(ctx context.Context, cs kubernetes.Interface, host string, q statusQ
 	if err := writeNodeTable(w, rows); err != nil {
 		return err
 	}
+	if err := writeDynamic(w, rows); err != nil {
+		return err
+	}
 	ro.write(w, q.now)
 	return nil
 }

@@ -471,7 +471,11 @@ func (s *statusWatch) draw() error {
 		fmt.Fprintln(&b, s.problem)
 	}
 	b.WriteByte('\n')
-	if err := writeNodeTable(&b, s.sorted()); err != nil {
+	rows := s.sorted()
+	if err := writeNodeTable(&b, rows); err != nil {
+		return err
+	}
+	if err := writeDynamic(&b, rows); err != nil {
 		return err
 	}
 	s.ro.write(&b, s.o.now())
