@@ -72,11 +72,15 @@ func (m *Metrics) DRA() dra.Metrics {
 }
 
 // watchDRA makes the scrape read the dynamic GPUs from src (the DRA
-// driver), and starts every failure reason at 0; a nil Metrics watches
-// nothing.
+// driver), and starts every kind of claim and every failure reason at 0;
+// a nil Metrics watches nothing.
 func (m *Metrics) watchDRA(src dynamicSource) {
 	if m == nil || src == nil {
 		return
+	}
+	for _, k := range []string{ClaimKindDynamic, ClaimKindStatic} {
+		m.dra.prepare.WithLabelValues(k)
+		m.dra.unprepare.WithLabelValues(k)
 	}
 	for _, r := range dra.PrepareFailures() {
 		m.dra.prepareFailures.WithLabelValues(r)

@@ -74,6 +74,8 @@ func TestDRAMetricsOfDynamicClaims(t *testing.T) {
 		`carve_dra_largest_placeable_profile_slices{gpu="0",profile="1g.10gb"}`: 1,
 		`carve_dra_prepare_duration_seconds{kind="dynamic"}_count`:              2,
 		`carve_dra_prepare_duration_seconds{kind="static"}_count`:               1,
+		`carve_dra_unprepare_duration_seconds{kind="dynamic"}_count`:            0,
+		`carve_dra_unprepare_duration_seconds{kind="static"}_count`:             0,
 	}
 	for _, r := range dra.PrepareFailures() {
 		want[`carve_dra_prepare_failures_total{reason="`+r+`"}`] = 0
@@ -95,6 +97,7 @@ func TestDRAMetricsOfDynamicClaims(t *testing.T) {
 		`carve_dra_dynamic_devices{profile="3g.40gb"}`:                          1,
 		`carve_dra_largest_placeable_profile_slices{gpu="0",profile="3g.40gb"}`: 4,
 		`carve_dra_unprepare_duration_seconds{kind="dynamic"}_count`:            1,
+		`carve_dra_unprepare_duration_seconds{kind="static"}_count`:             0,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("after the 1g.10gb's claim was unprepared (-want +got):\n%s", diff)

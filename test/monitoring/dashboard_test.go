@@ -120,6 +120,8 @@ func TestDashboardContents(t *testing.T) {
 		"Rollout slots held", "Nodes waiting for a slot", "Rollout halted", "Drains: time to the drain timeout",
 		"Reconciles failed or in error (per hour)", "XID events (per hour)", "Unhealthy devices per resource",
 		"Nodes failed or needing a reboot", "Agents not ready or down",
+		"Dynamic MIG devices by profile", "Claim prepare duration p50 / p99 (past hour)",
+		"Claim prepare and unprepare failures (per hour)", "Largest profile still placeable per dynamic GPU",
 	} {
 		if !titles[title] {
 			t.Errorf("no panel %q", title)

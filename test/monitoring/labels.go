@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -15,6 +16,7 @@ import (
 	"github.com/carve-dev/carve/agent"
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
+	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/plugin"
 )
 
@@ -43,12 +45,21 @@ func TargetLabels() map[string]string {
 // export, where the code defines them as a closed set; a label not listed
 // takes open values (profile and resource names, say).
 func LabelValues() map[string]map[string][]string {
-	return map[string]map[string][]string{
+	out := map[string]map[string][]string{
 		"carve_agent_state":                    {"state": carvev1.States()},
 		"carve_agent_reconciles_total":         {"result": agent.ReconcileResults()},
 		"carve_agent_profile":                  {"source": configs.Sources()},
 		"carve_device_plugin_xid_events_total": {"critical": plugin.XIDCriticalValues()},
+		"carve_dra_prepare_failures_total":     {"reason": dra.PrepareFailures()},
+		"carve_dra_unprepare_failures_total":   {"reason": dra.UnprepareFailures()},
 	}
+	kinds := []string{agent.ClaimKindDynamic, agent.ClaimKindStatic}
+	for _, h := range []string{"carve_dra_prepare_duration_seconds", "carve_dra_unprepare_duration_seconds"} {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			out[h+suffix] = map[string][]string{"kind": kinds}
+		}
+	}
+	return out
 }
 
 // ExportedLabels builds the agent as Exported does and returns the label
@@ -57,22 +68,38 @@ func LabelValues() map[string]map[string][]string {
 // le, a summary's own name quantile. The allowed names (up) carry the
 // target labels only.
 func ExportedLabels(log *slog.Logger) (Labels, error) {
-	reg, done, err := agentRegistry(log)
-	if err != nil {
-		return nil, err
+	out := Labels{}
+	for _, mode := range advertiseModes() {
+		reg, done, err := agentRegistry(log, mode)
+		if err != nil {
+			return nil, err
+		}
+		err = addLabels(out, reg)
+		done()
+		if err != nil {
+			return nil, err
+		}
 	}
-	defer done()
+	for n := range Allowed() {
+		out[n] = []string{}
+	}
+	return out, nil
+}
+
+// addLabels adds to out the label names of every series name reg
+// exports.
+func addLabels(out Labels, reg *prometheus.Registry) error {
 	byName, err := agent.MetricLabels(reg)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := Labels(byName)
 	mfs, err := reg.Gather()
 	if err != nil {
-		return nil, fmt.Errorf("gather: %w", err)
+		return fmt.Errorf("gather: %w", err)
 	}
+	maps.Copy(out, byName)
 	for _, mf := range mfs {
-		base := out[mf.GetName()]
+		base := byName[mf.GetName()]
 		for suffix, extra := range seriesSuffixes(mf.GetType()) {
 			out[mf.GetName()+suffix] = withLabel(base, extra)
 		}
@@ -80,10 +107,7 @@ func ExportedLabels(log *slog.Logger) (Labels, error) {
 			out[mf.GetName()] = withLabel(base, "quantile")
 		}
 	}
-	for n := range Allowed() {
-		out[n] = []string{}
-	}
-	return out, nil
+	return nil
 }
 
 // withLabel returns names with name added, sorted ("" adds none).

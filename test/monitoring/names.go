@@ -3,6 +3,9 @@ package monitoring
 import (
 	"fmt"
 	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -31,31 +34,43 @@ type Names map[string]bool
 func (n Names) Has(name string) bool { return n[name] }
 
 // Exported returns the names carve-agent exports: it builds the agent as
-// carve-agent does (agent.New with the device plugin, on
-// agent.NewRegistry), on a simulated GPU and an API client that is never
-// called, and reads the names of everything registered.
+// carve-agent does (agent.New on agent.NewRegistry), once with the device
+// plugin and once with the DRA driver, on a simulated GPU and an API
+// client that is never called, and reads the names of everything
+// registered in either.
 func Exported(log *slog.Logger) (Names, error) {
-	reg, done, err := agentRegistry(log)
-	if err != nil {
-		return nil, err
+	out := Names{}
+	for _, mode := range advertiseModes() {
+		reg, done, err := agentRegistry(log, mode)
+		if err != nil {
+			return nil, err
+		}
+		names, err := agent.MetricNames(reg)
+		if err != nil {
+			done()
+			return nil, err
+		}
+		mfs, err := reg.Gather()
+		done()
+		if err != nil {
+			return nil, fmt.Errorf("gather: %w", err)
+		}
+		maps.Copy(out, withSuffixes(names, mfs))
 	}
-	defer done()
-	names, err := agent.MetricNames(reg)
-	if err != nil {
-		return nil, err
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		return nil, fmt.Errorf("gather: %w", err)
-	}
-	return withSuffixes(names, mfs), nil
+	return out, nil
 }
 
-// agentRegistry builds the agent as carve-agent does (agent.New with the
-// device plugin, on agent.NewRegistry), on a simulated GPU and an API
+// advertiseModes are the --advertise modes whose metrics are read: the
+// device plugin's and the DRA driver's (none exports a subset of both).
+func advertiseModes() []string {
+	return []string{agent.AdvertiseDevicePlugin, agent.AdvertiseDRA}
+}
+
+// agentRegistry builds the agent as carve-agent does (agent.New with
+// --advertise mode, on agent.NewRegistry), on a simulated GPU and an API
 // client that is never called, and returns its registry; done shuts the
-// simulated GPU down.
-func agentRegistry(log *slog.Logger) (reg *prometheus.Registry, done func(), err error) {
+// simulated GPU down and removes the DRA driver's directories.
+func agentRegistry(log *slog.Logger, mode string) (reg *prometheus.Registry, done func(), err error) {
 	gpus, err := sim.New("h100-80gb*1")
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulated GPUs: %w", err)
@@ -63,7 +78,15 @@ func agentRegistry(log *slog.Logger) (reg *prometheus.Registry, done func(), err
 	if err := gpus.Init(); err != nil {
 		return nil, nil, fmt.Errorf("simulated GPUs: %w", err)
 	}
-	done = func() { _ = gpus.Shutdown() }
+	dir, err := os.MkdirTemp("", "carve-monitoring-")
+	if err != nil {
+		_ = gpus.Shutdown()
+		return nil, nil, fmt.Errorf("temporary directory: %w", err)
+	}
+	done = func() {
+		_ = gpus.Shutdown()
+		_ = os.RemoveAll(dir)
+	}
 	client, err := kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
 	if err != nil {
 		done()
@@ -72,12 +95,13 @@ func agentRegistry(log *slog.Logger) (reg *prometheus.Registry, done func(), err
 	reg = agent.NewRegistry()
 	_, err = agent.New(agent.Config{
 		NodeName: "node", Client: clientset.Wrap(client), ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
-		GPUs: gpus, Advertise: agent.AdvertiseDevicePlugin, PodResourcesSocket: agent.PodResourcesNone,
+		GPUs: gpus, Advertise: mode, PodResourcesSocket: agent.PodResourcesNone,
+		KubeletRootDir: filepath.Join(dir, "kubelet"), CDIDir: filepath.Join(dir, "cdi"),
 		Registerer: reg, Logger: log,
 	})
 	if err != nil {
 		done()
-		return nil, nil, fmt.Errorf("build the agent: %w", err)
+		return nil, nil, fmt.Errorf("build the agent (--advertise %s): %w", mode, err)
 	}
 	return reg, done, nil
 }
