@@ -153,7 +153,11 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []ClaimRef)
 		out[c.UID] = d.cdi.Remove(uid)
 		delete(d.claims.rec.Claims, uid)
 		if prepared || dynamic {
-			obs = append(obs, observation{dynamic: dynamic, took: time.Since(start), failure: failureOf(failed(FailureCDI, out[c.UID]), "")})
+			o := observation{dynamic: dynamic, took: time.Since(start)}
+			if out[c.UID] != nil {
+				o.failure = FailureCDI
+			}
+			obs = append(obs, o)
 		}
 	}
 	if err := d.claims.save(); err != nil {
