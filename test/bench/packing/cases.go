@@ -14,7 +14,7 @@ func Cases(short bool) []Case {
 		}
 		return s
 	}
-	n1, n2, n8, many, few := 60, 200, 400, seeds(20), seeds(10)
+	n1, n2, n8, many, few := 100, 200, 400, seeds(20), seeds(20)
 	if short {
 		n1, n2, n8, many, few = 30, 40, 40, seeds(3), seeds(1)
 	}

@@ -1,6 +1,7 @@
 package packing
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -80,5 +81,50 @@ func TestNVIDIAName(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"gpu-3-mig-1g10gb-19-6", "gpu-3-mig-1g10gb-me-20-6", "gpu-3-mig-7g80gb-0-0"}, got); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
+	}
+}
+
+// TestA30Mirror: on the A30 carve's order of each profile of its mix is
+// NVIDIA's reversed, as the table's note says.
+func TestA30Mirror(t *testing.T) {
+	m, _ := partition.LookupModel("A30-24GB")
+	off, _, err := carveNode(m, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nv, err := nvidiaSlices(off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := func(names []string) map[string][]int {
+		out := map[string][]int{}
+		for _, n := range names {
+			d := off.Dynamic[n]
+			out[d.Profile.Name] = append(out[d.Profile.Name], d.At.Start)
+		}
+		return out
+	}
+	var carveNames, nvNames []string
+	for _, d := range off.Devices {
+		carveNames = append(carveNames, d.Name)
+	}
+	back := map[string]string{} // NVIDIA's name -> carve's
+	for name, d := range off.Dynamic {
+		back[nvidiaName(d.GPUIndex, d.Profile, d.At)] = name
+	}
+	for _, d := range nv[1].Spec.Devices {
+		nvNames = append(nvNames, back[d.Name])
+	}
+	c, n := starts(carveNames), starts(nvNames)
+	a30 := Cases(false)[3]
+	if a30.Model != "A30-24GB" {
+		t.Fatalf("case 3 is %s", a30.Name())
+	}
+	for _, s := range a30.Mix {
+		rev := slices.Clone(n[s.Profile])
+		slices.Reverse(rev)
+		if len(rev) == 0 || !slices.Equal(c[s.Profile], rev) {
+			t.Errorf("%s: carve's starts %v, NVIDIA's %v: not mirrored", s.Profile, c[s.Profile], n[s.Profile])
+		}
 	}
 }
