@@ -28,8 +28,10 @@ func TestRunShort(t *testing.T) {
 	if tab.Command != "make bench BENCH=packing" {
 		t.Errorf("command %q", tab.Command)
 	}
-	if !strings.Contains(tab.About, "its **incubating** allocator") {
-		t.Errorf("the text does not name the incubating allocator:\n%s", tab.About)
+	for _, want := range []string{"its **incubating** allocator", "DRAPartitionableDevices, DRAPrioritizedList)"} {
+		if !strings.Contains(tab.About, want) {
+			t.Errorf("the text lacks %q:\n%s", want, tab.About)
+		}
 	}
 	var got [][]string
 	for _, r := range tab.Rows {

@@ -3,8 +3,10 @@ package packing
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/carve-dev/carve/test/dra/alloc"
 )
@@ -51,4 +53,10 @@ func replay(ctx context.Context, seq Sequence, ss sliceSet) ([]bool, error) {
 // picks for its default features, over the slices.
 func implementation(ctx context.Context, ss sliceSet) (string, error) {
 	return alloc.New(nodeName, ss, alloc.MIGClass()).Implementation(ctx)
+}
+
+// features names the allocator features on by default, as the feature
+// gates that turn them on are named.
+func features() string {
+	return strings.Join(sets.List(alloc.DefaultFeatures().Set()), ", ")
 }
