@@ -57,6 +57,10 @@ type Config struct {
 	// the kubelet again when nothing changed; default
 	// DefaultHealthResendInterval. It must stay below HealthCheckTimeout.
 	HealthResendInterval time.Duration
+	// AfterOp, when set, runs after each NVML op that makes or destroys a
+	// claim's MIG device (the crash tests' hook, as the reconciler's); an
+	// error stops the make or removal there.
+	AfterOp func(gpu, step int, op partition.Op) error
 	// Logger logs; default slog.Default().
 	Logger *slog.Logger
 }

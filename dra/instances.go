@@ -150,7 +150,7 @@ func (d *Driver) runInstancePlan(ctx context.Context, rec carvev1.ClaimInstance,
 	if err != nil {
 		return "", err
 	}
-	if err := (&partition.Applier{Lib: d.cfg.GPUs}).Apply(ctx, plan); err != nil {
+	if err := (&partition.Applier{Lib: d.cfg.GPUs, AfterOp: d.cfg.AfterOp}).Apply(ctx, plan); err != nil {
 		return "", err
 	}
 	if g, err = partition.ReadGPU(dev); err != nil {

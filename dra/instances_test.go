@@ -298,3 +298,40 @@ func TestRefusedMakeTaintsTheDevice(t *testing.T) {
 		t.Errorf("taint after a fresh read found the placement free: %q", got)
 	}
 }
+
+// TestChangingGPUTainted: the devices of a GPU marked changing carry the
+// unavailable taint (changing, NoSchedule) from the next publish until the
+// mark is cleared; the other GPU's do not.
+func TestChangingGPUTainted(t *testing.T) {
+	m, gpus := simGPUs(t, "h100-80gb*2")
+	d, err := New(Config{Client: clientset.Wrap(newFake()), NodeName: node, CDIDir: t.TempDir(), GPUs: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tainted := func() []string {
+		var out []string
+		for _, dev := range d.published {
+			for _, tt := range dev.Taints {
+				if tt.Key == TaintUnavailable && tt.Value == "changing" && tt.Effect == resourceapi.DeviceTaintEffectNoSchedule {
+					out = append(out, dev.Name)
+				}
+			}
+		}
+		return out
+	}
+	d.SetChanging([]string{gpus[1].UUID})
+	if err := d.Advertise(ctx, gpus, expand(t, gpus, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"gpu-1"}, tainted()); diff != "" {
+		t.Errorf("tainted while GPU 1 changes (-want +got):\n%s", diff)
+	}
+	d.SetChanging(nil)
+	if err := d.Advertise(ctx, gpus, expand(t, gpus, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := tainted(); len(got) != 0 {
+		t.Errorf("tainted once the change is over: %v", got)
+	}
+}
