@@ -185,6 +185,12 @@ func (d *Driver) ClaimInstances() map[string][]partition.Placement {
 // It gives up quietly when the claims cannot be listed: forgetting a
 // device is worse than keeping it a while.
 func (d *Driver) sweepInstances(ctx context.Context) {
+	if !d.sweepNeeded() {
+		d.mu.Lock()
+		d.recheckUnavailableLocked()
+		d.mu.Unlock()
+		return
+	}
 	claims, err := d.listClaims(ctx)
 	if err != nil {
 		return
@@ -214,6 +220,20 @@ func (d *Driver) sweepInstances(ctx context.Context) {
 		}
 	}
 	d.recheckUnavailableLocked()
+}
+
+// sweepNeeded reports whether some device is recorded for a claim not
+// prepared here, or as being removed: only then does the sweep ask the API
+// server for the claims (a node at rest asks nothing).
+func (d *Driver) sweepNeeded() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, rec := range d.claims.rec.Instances {
+		if _, prepared := d.claims.rec.Claims[rec.Claim]; !prepared || rec.State != carvev1.InstanceMade {
+			return true
+		}
+	}
+	return false
 }
 
 // recheckUnavailableLocked clears the mark of each unavailable device

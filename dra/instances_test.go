@@ -335,3 +335,36 @@ func TestChangingGPUTainted(t *testing.T) {
 		t.Errorf("tainted once the change is over: %v", got)
 	}
 }
+
+// TestSweepAtRestAsksNothing: with every recorded device made for a claim
+// prepared here, the sweep does not list the cluster's claims.
+func TestSweepAtRestAsksNothing(t *testing.T) {
+	m := dynamicMachine(t)
+	cs := newFake()
+	d, err := New(Config{Client: clientset.Wrap(cs), NodeName: node, CDIDir: t.TempDir(), GPUs: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := partition.ReadInventory(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetDynamic([]DynamicGPU{{Index: 1, UUID: gpus[1].UUID, Model: model(t, "H100-80GB")}})
+	ctx := context.Background()
+	if err := d.Advertise(ctx, gpus, expand(t, gpus, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("c1", "c1", "gpu-1-dyn-1g10gb-0")}); err != nil || res["c1"].Err != nil {
+		t.Fatal(err, res["c1"].Err)
+	}
+	cs.ClearActions()
+	d.sweepInstances(ctx)
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "resourceclaims" {
+			t.Errorf("the sweep at rest listed claims: %v", a)
+		}
+	}
+	if got := instancesOn(t, m); len(got) != 1 {
+		t.Errorf("the sweep at rest changed GPU 1: %v", got)
+	}
+}
