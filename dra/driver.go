@@ -87,7 +87,7 @@ type Driver struct {
 	dynamic []DynamicGPU    // GPUs whose MIG devices are made for claims (SetDynamic)
 	// unavailable are the dynamic devices the GPU refused to make, with
 	// why; changing the GPUs (UUIDs) changing between static and dynamic.
-	unavailable map[string]string
+	unavailable map[string]unavailableMark
 	changing    map[string]bool
 	// published are the devices of the last publish, as written.
 	published []resourceapi.Device
