@@ -77,7 +77,9 @@ func differenceNote(res Result) string {
 		"checkpointed applier as a profile change, with a fresh read of the GPU and the claim's record written before the "+
 		"first call and after the last. So %s. The rest is the driver's own work (reads, the record, the CDI spec) and "+
 		"the spread of a pod's start on a shared machine (the baseline's p90 is %s above its p50). The scheduler's part "+
-		"(created → allocated) is the same for both kinds: the devices are published in the ResourceSlice either way.",
+		"(created → allocated) is the same for both kinds: the devices are published in the ResourceSlice either way; "+
+		"allocated → MIG device made also holds the kubelet's own way to the driver's prepare call, which the baseline's "+
+		"pod takes too.",
 		report.Duration(res.Make), res.Latency, strings.Join(parts, "; "), report.Duration(spread))
 }
 
