@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/carve-dev/carve/test/bench/allocate"
+	"github.com/carve-dev/carve/test/bench/claims"
 	"github.com/carve-dev/carve/test/bench/live"
 	"github.com/carve-dev/carve/test/bench/memory"
 	"github.com/carve-dev/carve/test/bench/packing"
@@ -45,6 +46,9 @@ func measurements() []measurement {
 		}},
 		{name: "memory", title: "Agent memory", cluster: true, run: func(ctx context.Context, e *environment) ([]report.Table, error) {
 			return memory.Run(ctx, memory.Options{Cluster: e.cluster, Agent: e.agent, Short: e.short, Log: e.log})
+		}},
+		{name: "claims", title: "Claim to running under DRA: MIG made on demand", cluster: true, run: func(ctx context.Context, e *environment) ([]report.Table, error) {
+			return claims.Run(ctx, claims.Options{Cluster: e.cluster, Agent: e.agent, Short: e.short, Log: e.log})
 		}},
 	}
 }
