@@ -137,9 +137,11 @@ $(BIN)/carve-release: FORCE
 ##        docs/benchmarks.md: Allocate against the kubelet's stub device
 ##        plugin, the planner against wipe-and-recreate and a brute-force
 ##        search, a live update against a plugin restart and their API
-##        requests, the agent's memory (needs root for the local cluster;
-##        about 21 minutes on 2 cores). BENCH=allocate,reconfig,planning,
-##        live,memory runs those only and prints them without writing.
+##        requests, the agent's memory, the packing of on-demand MIG
+##        devices, claim-to-running latency (needs root for the local
+##        cluster; about 23 minutes on 2 cores). BENCH=allocate,reconfig,
+##        planning,live,memory,packing,claims runs those only and prints
+##        them without writing.
 ##        make test runs the short mode of each (test/bench).
 bench: build
 	cd test && $(GO) run ./cmd/carve-bench --agent $(abspath $(BIN))/carve-agent $(if $(BENCH),--only $(BENCH),--write $(CURDIR)/docs/benchmarks.md)

@@ -22,6 +22,7 @@ func (p *pass) advertiseAndRecord() (Result, error) {
 	}
 	p.withholdLost()
 	p.hideWhileHeld()
+	p.hideClaimInstances()
 	res = res.Without(p.hide)
 	if err := p.advertise(res); err != nil {
 		p.raise(carvev1.StateFailed)

@@ -2,11 +2,13 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/carve-dev/carve/desired"
 	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/internal/textfmt"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/timeslice"
 )
 
 // desiredState resolves the selected profile on the node's GPUs. A profile
@@ -75,6 +77,12 @@ func (p *pass) claimInstances() map[string][]partition.Placement {
 	return nil
 }
 
+// planView is planningView of the node as this pass read it, for the
+// state it wants, with the claims' instances read now.
+func (p *pass) planView(want desired.State) partition.Node {
+	return planningView(p.node, want, p.claimInstances())
+}
+
 // planningView is the node as the planner sees it for want: on each GPU
 // dynamic in want, the instances made for claims are left out
 // (desired.State.WithoutClaimInstances). Call it after reading the GPUs:
@@ -87,8 +95,8 @@ func planningView(node partition.Node, want desired.State, claims map[string][]p
 // offerDynamic tells a DynamicAdvertiser which GPUs to offer as dynamic
 // (those dynamic in the state wanted that hold, in MIG mode, no instance
 // but the claims') and which are changing between static and dynamic
-// (dynamic in the state wanted but not ready yet, or static in it and
-// still holding instances made for claims).
+// (dynamic in the state wanted but not ready yet, or static in it, still
+// holding instances made for claims, and still to change).
 func (p *pass) offerDynamic() {
 	da, ok := p.r.Devices.(DynamicAdvertiser)
 	if !ok || p.want.Profile == "" {
@@ -103,10 +111,37 @@ func (p *pass) offerDynamic() {
 		switch {
 		case dynamic && g.MIGMode == partition.MIGEnabled && len(g.Instances) == 0:
 			ready = append(ready, dra.DynamicGPU{Index: g.Index, UUID: g.UUID, Model: p.node.Models[g.Index], Profiles: profiles})
-		case dynamic || len(claims[g.UUID]) > 0:
+		case dynamic || len(claims[g.UUID]) > 0 && p.changes(g.Index):
 			changing = append(changing, g.UUID)
 		}
 	}
 	da.SetDynamic(ready)
 	da.SetChanging(changing)
+}
+
+// changes reports whether this pass's plan still changes the GPU.
+func (p *pass) changes(index int) bool {
+	return slices.ContainsFunc(p.nodePlan.GPUs, func(gp partition.GPUPlan) bool { return gp.Index == index && !gp.NoOp() })
+}
+
+// hideClaimInstances withholds the MIG devices made for claims on GPUs
+// static in the state wanted (a GPU turned static whose new layout kept
+// them): they are the claims' until unprepared, when they are destroyed
+// and a later pass makes the profile's own again, and must not be offered
+// to anyone else meanwhile. A dynamic GPU's are never described.
+func (p *pass) hideClaimInstances() {
+	claims := p.claimInstances()
+	for _, g := range p.node.GPUs {
+		if _, dynamic := p.want.Dynamic[g.Index]; dynamic || len(claims[g.UUID]) == 0 {
+			continue
+		}
+		for _, in := range g.Instances {
+			if uuid := in.UUID(); uuid != "" && slices.Contains(claims[g.UUID], in.Placement) {
+				if p.hide == nil {
+					p.hide = timeslice.IDSet{}
+				}
+				p.hide[uuid] = true
+			}
+		}
+	}
 }

@@ -59,7 +59,7 @@ func (p *pass) observeHeld() (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	plan, err := want.Plan(p.node, nil)
+	plan, err := want.Plan(p.planView(want), nil)
 	if err != nil {
 		p.unrealisable(err)
 		return false, nil
@@ -128,7 +128,7 @@ func (p *pass) hideWhileHeld() {
 	if !p.held || p.r.change == nil || p.want.Targets == nil {
 		return
 	}
-	plan, err := p.want.Plan(p.node, nil)
+	plan, err := p.want.Plan(p.planView(p.want), nil)
 	if err != nil {
 		return
 	}

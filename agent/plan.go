@@ -19,7 +19,7 @@ func (p *pass) plan() (bool, error) {
 		return false, nil
 	}
 	p.want = want
-	view := planningView(p.node, want, p.claimInstances())
+	view := p.planView(want)
 	plan, err := want.Plan(view, nil)
 	if err != nil {
 		p.unrealisable(err)

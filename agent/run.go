@@ -78,8 +78,10 @@ type Config struct {
 	// Clock is the time profiles and windows are selected for; default
 	// time.Now. Tests move it to reach a window boundary quickly.
 	Clock func() time.Time
-	// AfterOp runs after each NVML op is done and checkpointed; an error
-	// stops the apply as a crash would. A fault-injection hook for tests.
+	// AfterOp runs after each NVML op is done and checkpointed (a
+	// profile's change, and with Advertise dra the making and destroying of
+	// claims' MIG devices); an error stops the apply as a crash would. A
+	// fault-injection hook for tests.
 	AfterOp func(gpu, step int, op partition.Op) error
 	// DrainRetry is how often a change blocked by devices in use is
 	// retried; default DefaultDrainRetry.
@@ -255,7 +257,7 @@ func newKubeletSide(cfg Config, draMetrics dra.Metrics) (kubeletSide, error) {
 		driver, err := dra.New(dra.Config{
 			Client: cfg.Client, NodeName: cfg.NodeName, KubeletRootDir: cfg.KubeletRootDir,
 			CDIDir: cfg.CDIDir, StateDir: cfg.StateDir, GPUs: cfg.GPUs, Logger: cfg.Logger,
-			Health: healthOptions(cfg), CountXID: countXID, Metrics: draMetrics,
+			Health: healthOptions(cfg), CountXID: countXID, AfterOp: cfg.AfterOp, Metrics: draMetrics,
 		})
 		if err != nil {
 			return kubeletSide{}, err

@@ -28,8 +28,9 @@ func (p *pass) withdrawAndReplan() (bool, error) {
 	p.inUse = inUse
 	busy := inUse.Set()
 	var still []partition.GPUPlan
+	view := p.planView(p.want)
 	for _, gp := range p.ready {
-		g, _ := p.node.GPU(gp.Index)
+		g, _ := view.GPU(gp.Index)
 		np, err := partition.PlanGPU(g, p.node.Models[g.Index], p.want.Targets[g.Index], busy)
 		if err != nil {
 			p.unrealisable(err)

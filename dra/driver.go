@@ -60,6 +60,10 @@ type Config struct {
 	// the kubelet again when nothing changed; default
 	// DefaultHealthResendInterval. It must stay below HealthCheckTimeout.
 	HealthResendInterval time.Duration
+	// AfterOp, when set, runs after each NVML op that makes or destroys a
+	// claim's MIG device (the crash tests' hook, as the reconciler's); an
+	// error stops the make or removal there.
+	AfterOp func(gpu, step int, op partition.Op) error
 	// Logger logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -86,7 +90,7 @@ type Driver struct {
 	dynamic []DynamicGPU    // GPUs whose MIG devices are made for claims (SetDynamic)
 	// unavailable are the dynamic devices the GPU refused to make, with
 	// why; changing the GPUs (UUIDs) changing between static and dynamic.
-	unavailable map[string]string
+	unavailable map[string]unavailableMark
 	changing    map[string]bool
 	// published are the devices of the last publish, as written.
 	published []resourceapi.Device

@@ -33,7 +33,7 @@ func (d *Driver) taintLocked(devs []resourceapi.Device) []resourceapi.Device {
 	out := make([]resourceapi.Device, len(devs))
 	for i, dev := range devs {
 		out[i] = dev
-		s, ok := sickOf(dev, sick)
+		s, ok := sickOf(dev, sick, d.madeUUIDLocked(dev.Name))
 		if !ok {
 			continue
 		}
@@ -49,21 +49,30 @@ func (d *Driver) taintLocked(devs []resourceapi.Device) []resourceapi.Device {
 	return out
 }
 
-// sickOf finds what keeps a device unhealthy: an XID on the device or on
-// its GPU (the later one when both).
-func sickOf(dev resourceapi.Device, sick map[string]xidhealth.Sick) (xidhealth.Sick, bool) {
+// sickOf finds what keeps a device unhealthy: an XID on the device, on
+// its GPU, or on the MIG device made for it (made: a dynamic device's,
+// which has no uuid attribute); the latest one when several.
+func sickOf(dev resourceapi.Device, sick map[string]xidhealth.Sick, made string) (xidhealth.Sick, bool) {
+	uuids := []string{made}
+	for _, attr := range []resourceapi.QualifiedName{AttrUUID, AttrParentUUID} {
+		if v := dev.Attributes[attr].StringValue; v != nil {
+			uuids = append(uuids, *v)
+		}
+	}
 	var found xidhealth.Sick
 	ok := false
-	for _, attr := range []resourceapi.QualifiedName{AttrUUID, AttrParentUUID} {
-		v := dev.Attributes[attr].StringValue
-		if v == nil {
-			continue
-		}
-		if s, hit := sick[*v]; hit && (!ok || s.At.After(found.At)) {
+	for _, u := range uuids {
+		if s, hit := sick[u]; u != "" && hit && (!ok || s.At.After(found.At)) {
 			found, ok = s, true
 		}
 	}
 	return found, ok
+}
+
+// madeUUIDLocked is the MIG UUID of the device made for a claim as the
+// dynamic device name, or "".
+func (d *Driver) madeUUIDLocked(name string) string {
+	return d.claims.rec.Instances[name].UUID
 }
 
 // healthChanged republishes the slice with the taints of the devices XIDs

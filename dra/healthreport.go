@@ -122,6 +122,10 @@ func (d *Driver) healthReport() *drahealthv1.NodeWatchResourcesResponse {
 			withdrawn = append(withdrawn, dev)
 		}
 	}
+	made := map[string]string{}
+	for name, rec := range d.claims.rec.Instances {
+		made[name] = rec.UUID
+	}
 	d.mu.Unlock()
 
 	sick := map[string]xidhealth.Sick{}
@@ -140,7 +144,7 @@ func (d *Driver) healthReport() *drahealthv1.NodeWatchResourcesResponse {
 		})
 	}
 	for _, dev := range published {
-		switch s, ok := sickOf(dev, sick); {
+		switch s, ok := sickOf(dev, sick, made[dev.Name]); {
 		case !watched:
 			entry(dev, drahealthv1.HealthStatus_UNKNOWN, "carve does not watch this device's XIDs (no GPU library, or the XID watch is off)")
 		case ok:

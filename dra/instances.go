@@ -44,6 +44,10 @@ func (d *Driver) makeInstance(ctx context.Context, uid, name string, dd DynamicD
 	case !ok:
 		rec = carvev1.ClaimInstance{Claim: uid, GPU: dd.GPUUUID, GPUIndex: dd.GPUIndex, Profile: dd.Profile.Name,
 			ProfileID: dd.Profile.ID, Placement: carvev1.Placement{Start: dd.At.Start, Size: dd.At.Size}}
+		if err := d.placementFree(rec); err != nil {
+			d.markUnavailable(ctx, name, err)
+			return "", fmt.Errorf("make %s %s at %s on GPU %d: %w", name, rec.Profile, dd.At, rec.GPUIndex, err)
+		}
 	}
 	rec.State = carvev1.InstanceMaking
 	if err := d.saveInstance(name, &rec); err != nil {
@@ -108,10 +112,58 @@ func (d *Driver) failedToMake(ctx context.Context, name string, rec carvev1.Clai
 			d.log.Error("forget a MIG device not made", "device", name, "error", err)
 		}
 	}
+	d.markUnavailable(ctx, name, cause)
+}
+
+// unavailableHold is how long a device the GPU refused to make stays
+// tainted at least, before a fresh read that finds its placement free
+// lets the scheduler try it again.
+const unavailableHold = time.Minute
+
+// unavailableMark is why and since when a dynamic device is tainted
+// not-made.
+type unavailableMark struct {
+	why   string
+	since time.Time
+}
+
+// markUnavailable taints the device not-made and publishes at once, so
+// that the scheduler stops allocating it.
+func (d *Driver) markUnavailable(ctx context.Context, name string, cause error) {
 	if d.unavailable == nil {
-		d.unavailable = map[string]string{}
+		d.unavailable = map[string]unavailableMark{}
 	}
-	d.unavailable[name] = cause.Error()
+	d.unavailable[name] = unavailableMark{why: cause.Error(), since: time.Now()}
+	if d.offer.UUIDs == nil {
+		return
+	}
+	if err := d.publishLocked(ctx); err != nil {
+		d.log.Warn("publish the taint of a device the GPU refused to make", "device", name, "error", err)
+	}
+}
+
+// placementFree checks, from a fresh read, that nothing sits where a new
+// device of rec would go: an instance there that carve did not make for a
+// claim is never taken over nor destroyed.
+func (d *Driver) placementFree(rec carvev1.ClaimInstance) error {
+	if d.cfg.GPUs == nil {
+		return errors.New("no GPUs to make MIG devices on")
+	}
+	dev, err := d.cfg.GPUs.Device(rec.GPUIndex)
+	if err != nil {
+		return err
+	}
+	g, err := partition.ReadGPU(dev)
+	if err != nil {
+		return err
+	}
+	at := partition.Placement{Start: rec.Placement.Start, Size: rec.Placement.Size}
+	for _, in := range g.Instances {
+		if in.Placement.Overlaps(at) {
+			return fmt.Errorf("%w: a %s GPU instance at %s, not made for a claim, is in the way", partition.ErrStateChanged, in.Profile, in.Placement)
+		}
+	}
+	return nil
 }
 
 // saveInstance records rec as name's and writes the record.
@@ -150,7 +202,7 @@ func (d *Driver) runInstancePlan(ctx context.Context, rec carvev1.ClaimInstance,
 	if err != nil {
 		return "", err
 	}
-	if err := (&partition.Applier{Lib: d.cfg.GPUs}).Apply(ctx, plan); err != nil {
+	if err := (&partition.Applier{Lib: d.cfg.GPUs, AfterOp: d.cfg.AfterOp}).Apply(ctx, plan); err != nil {
 		return "", err
 	}
 	if g, err = partition.ReadGPU(dev); err != nil {
@@ -185,6 +237,12 @@ func (d *Driver) ClaimInstances() map[string][]partition.Placement {
 // It gives up quietly when the claims cannot be listed: forgetting a
 // device is worse than keeping it a while.
 func (d *Driver) sweepInstances(ctx context.Context) {
+	if !d.sweepNeeded() {
+		d.mu.Lock()
+		d.recheckUnavailableLocked()
+		d.mu.Unlock()
+		return
+	}
 	claims, err := d.listClaims(ctx)
 	if err != nil {
 		return
@@ -216,16 +274,34 @@ func (d *Driver) sweepInstances(ctx context.Context) {
 	d.recheckUnavailableLocked()
 }
 
-// recheckUnavailableLocked clears the mark of each unavailable device
-// whose placement a fresh read finds free on a GPU in MIG mode.
+// sweepNeeded reports whether some device is recorded for a claim not
+// prepared here, or as being removed: only then does the sweep ask the API
+// server for the claims (a node at rest asks nothing).
+func (d *Driver) sweepNeeded() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, rec := range d.claims.rec.Instances {
+		if _, prepared := d.claims.rec.Claims[rec.Claim]; !prepared || rec.State != carvev1.InstanceMade {
+			return true
+		}
+	}
+	return false
+}
+
+// recheckUnavailableLocked clears the mark of each unavailable device,
+// marked at least unavailableHold ago, whose placement a fresh read finds
+// free on a GPU in MIG mode.
 func (d *Driver) recheckUnavailableLocked() {
 	if len(d.unavailable) == 0 || d.cfg.GPUs == nil {
 		return
 	}
-	for name := range d.unavailable {
+	for name, mark := range d.unavailable {
 		dd, ok := d.offer.Dynamic[name]
 		if !ok {
 			delete(d.unavailable, name)
+			continue
+		}
+		if time.Since(mark.since) < unavailableHold {
 			continue
 		}
 		dev, err := d.cfg.GPUs.Device(dd.GPUIndex)

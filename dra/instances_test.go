@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/partition"
 	"github.com/carve-dev/carve/partition/sim"
+	"github.com/carve-dev/carve/xidhealth"
 )
 
 // dynamicNode is a simulated node of two H100s, GPU 1 dynamic (MIG on,
@@ -245,8 +247,9 @@ func TestSweepDestroysOrphans(t *testing.T) {
 }
 
 // TestRefusedMakeTaintsTheDevice: a device the GPU refuses to make fails
-// its claim with the GPU's reason, is undone and tainted not-made; a fresh
-// read that finds the placement free clears the taint.
+// its claim with the GPU's reason, is undone and tainted not-made at once;
+// a fresh read that finds the placement free clears the taint, once it has
+// held a while.
 func TestRefusedMakeTaintsTheDevice(t *testing.T) {
 	m := dynamicMachine(t)
 	d := dynamicNode(t, m, t.TempDir())
@@ -278,23 +281,195 @@ func TestRefusedMakeTaintsTheDevice(t *testing.T) {
 		}
 		return ""
 	}
-	d.mu.Lock()
-	err = d.publishLocked(ctx)
-	d.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if got := taint(); got != "not-made:NoSchedule" {
-		t.Errorf("taint after the refusal %q, want not-made:NoSchedule", got)
+		t.Errorf("taint published after the refusal %q, want not-made:NoSchedule", got)
 	}
-	d.sweepInstances(ctx)
+	republish := func() {
+		t.Helper()
+		d.sweepInstances(ctx)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err := d.publishLocked(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	republish()
+	if got := taint(); got != "not-made:NoSchedule" {
+		t.Errorf("taint right after the refusal, the placement free: %q, want it kept for %s", got, unavailableHold)
+	}
 	d.mu.Lock()
-	err = d.publishLocked(ctx)
+	mark := d.unavailable[name]
+	mark.since = mark.since.Add(-unavailableHold)
+	d.unavailable[name] = mark
 	d.mu.Unlock()
+	republish()
+	if got := taint(); got != "" {
+		t.Errorf("taint %s later, a fresh read finding the placement free: %q", unavailableHold, got)
+	}
+}
+
+// TestChangingGPUTainted: the devices of a GPU marked changing carry the
+// unavailable taint (changing, NoSchedule) from the next publish until the
+// mark is cleared; the other GPU's do not.
+func TestChangingGPUTainted(t *testing.T) {
+	m, gpus := simGPUs(t, "h100-80gb*2")
+	d, err := New(Config{Client: clientset.Wrap(newFake()), NodeName: node, CDIDir: t.TempDir(), GPUs: m, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := taint(); got != "" {
-		t.Errorf("taint after a fresh read found the placement free: %q", got)
+	ctx := context.Background()
+	tainted := func() []string {
+		var out []string
+		for _, dev := range d.published {
+			for _, tt := range dev.Taints {
+				if tt.Key == TaintUnavailable && tt.Value == "changing" && tt.Effect == resourceapi.DeviceTaintEffectNoSchedule {
+					out = append(out, dev.Name)
+				}
+			}
+		}
+		return out
+	}
+	d.SetChanging([]string{gpus[1].UUID})
+	if err := d.Advertise(ctx, gpus, expand(t, gpus, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"gpu-1"}, tainted()); diff != "" {
+		t.Errorf("tainted while GPU 1 changes (-want +got):\n%s", diff)
+	}
+	d.SetChanging(nil)
+	if err := d.Advertise(ctx, gpus, expand(t, gpus, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if got := tainted(); len(got) != 0 {
+		t.Errorf("tainted once the change is over: %v", got)
+	}
+}
+
+// TestSweepAtRestAsksNothing: with every recorded device made for a claim
+// prepared here, the sweep does not list the cluster's claims.
+func TestSweepAtRestAsksNothing(t *testing.T) {
+	m := dynamicMachine(t)
+	cs := newFake()
+	d, err := New(Config{Client: clientset.Wrap(cs), NodeName: node, CDIDir: t.TempDir(), GPUs: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, err := partition.ReadInventory(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetDynamic([]DynamicGPU{{Index: 1, UUID: gpus[1].UUID, Model: model(t, "H100-80GB")}})
+	ctx := context.Background()
+	if err := d.Advertise(ctx, gpus, expand(t, gpus, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("c1", "c1", "gpu-1-dyn-1g10gb-0")}); err != nil || res["c1"].Err != nil {
+		t.Fatal(err, res["c1"].Err)
+	}
+	cs.ClearActions()
+	d.sweepInstances(ctx)
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "resourceclaims" {
+			t.Errorf("the sweep at rest listed claims: %v", a)
+		}
+	}
+	if got := instancesOn(t, m); len(got) != 1 {
+		t.Errorf("the sweep at rest changed GPU 1: %v", got)
+	}
+}
+
+// TestPrepareNeverTakesOverAStrayInstance: an instance carve did not make
+// for a claim, at or across the allocated placement, fails the prepare and
+// is neither taken over nor destroyed.
+func TestPrepareNeverTakesOverAStrayInstance(t *testing.T) {
+	for _, at := range []partition.Placement{{Start: 4, Size: 4}, {Start: 6, Size: 1}} {
+		m := dynamicMachine(t)
+		d := dynamicNode(t, m, t.TempDir())
+		h100 := model(t, "H100-80GB")
+		p, _ := h100.Profile("3g.40gb")
+		if at.Size == 1 {
+			p, _ = h100.Profile("1g.10gb")
+		}
+		dev, _ := m.Device(1)
+		gi, err := dev.CreateGPUInstance(p.ID, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dev.CreateComputeInstance(gi.ID); err != nil {
+			t.Fatal(err)
+		}
+		before := instancesOn(t, m)
+		res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim("c1", "c1", "gpu-1-dyn-3g40gb-4")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res["c1"].Err; err == nil || !strings.Contains(err.Error(), "not made for a claim") {
+			t.Errorf("stray %s at %s: prepare = %v, want a refusal naming it", p.Name, at, err)
+		}
+		if diff := cmp.Diff(before, instancesOn(t, m)); diff != "" {
+			t.Errorf("stray %s at %s: GPU 1 changed (-before +after):\n%s", p.Name, at, diff)
+		}
+		if len(d.claims.rec.Instances) != 0 {
+			t.Errorf("stray %s at %s: recorded %v", p.Name, at, d.claims.rec.Instances)
+		}
+	}
+}
+
+// TestXIDOnAMadeDevice: an XID NVML pins to the MIG device made for a
+// claim shows on the dynamic device it was made as: tainted in the slice
+// and unhealthy to the kubelet.
+func TestXIDOnAMadeDevice(t *testing.T) {
+	m := dynamicMachine(t)
+	cs := newFake()
+	d, err := New(Config{Client: clientset.Wrap(cs), NodeName: node, CDIDir: t.TempDir(), GPUs: m, Logger: slog.New(slog.DiscardHandler),
+		Health: xidhealth.Options{Poll: 10 * time.Millisecond, BootID: func() (string, error) { return "b", nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go d.health.Run(ctx)
+	gpus, err := partition.ReadInventory(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetDynamic([]DynamicGPU{{Index: 1, UUID: gpus[1].UUID, Model: model(t, "H100-80GB")}})
+	if err := d.Advertise(ctx, gpus, expand(t, gpus, nil)); err != nil {
+		t.Fatal(err)
+	}
+	name := "gpu-1-dyn-3g40gb-4"
+	if res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim("c1", "c1", name)}); err != nil || res["c1"].Err != nil {
+		t.Fatal(err, res["c1"].Err)
+	}
+	dev, _ := m.Device(1)
+	g, err := partition.ReadGPU(dev)
+	if err != nil || len(g.Instances) != 1 {
+		t.Fatalf("GPU 1: %+v %v", g.Instances, err)
+	}
+	if err := m.RaiseXID(1, 94, g.Instances[0].GIID, g.Instances[0].CIs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	health := func() string {
+		for _, dh := range d.healthReport().GetDevices() {
+			if dh.GetDevice().GetDeviceName() == name {
+				return dh.GetHealth().String()
+			}
+		}
+		return "absent"
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for health() != "UNHEALTHY" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := health(); got != "UNHEALTHY" {
+		t.Fatalf("health of %s after an XID on its MIG device: %s", name, got)
+	}
+	d.mu.Lock()
+	published := d.published
+	d.mu.Unlock()
+	for _, pd := range published {
+		if pd.Name == name && !slices.ContainsFunc(pd.Taints, func(tt resourceapi.DeviceTaint) bool { return tt.Key == TaintXID && tt.Value == "94" }) {
+			t.Errorf("%s published without the XID taint: %+v", name, pd.Taints)
+		}
 	}
 }

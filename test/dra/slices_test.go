@@ -11,20 +11,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/operation"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/structured"
 	resourceinternal "k8s.io/kubernetes/pkg/apis/resource"
 	resourcev1 "k8s.io/kubernetes/pkg/apis/resource/v1"
 	"k8s.io/kubernetes/pkg/apis/resource/validation"
 
 	"github.com/carve-dev/carve/dra"
 	"github.com/carve-dev/carve/partition"
+	"github.com/carve-dev/carve/test/dra/alloc"
 )
 
 const node = "node-a"
@@ -86,81 +81,6 @@ func TestSlicesFailAPIValidationOverLimits(t *testing.T) {
 	}
 }
 
-// classes is a DeviceClassLister over a fixed list.
-type classes []*resourceapi.DeviceClass
-
-func (c classes) List() ([]*resourceapi.DeviceClass, error) { return c, nil }
-
-func (c classes) Get(name string) (*resourceapi.DeviceClass, error) {
-	for _, dc := range c {
-		if dc.Name == name {
-			return dc, nil
-		}
-	}
-	return nil, fmt.Errorf("no DeviceClass %s", name)
-}
-
-// scheduler allocates claims one by one against a node's slices as the
-// scheduler does with Kubernetes 1.37's default DRA features (which pick
-// the "incubating" allocator: the only one that supports consumable
-// capacity), remembering what it allocated.
-type scheduler struct {
-	slices    []*resourceapi.ResourceSlice
-	allocated sets.Set[structured.DeviceID]
-	n         int
-}
-
-// defaultFeatures are the allocator features that the DRA feature gates
-// on by default in Kubernetes 1.37 turn on.
-var defaultFeatures = structured.Features{
-	AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true,
-	DeviceBindingAndStatus: true, ConsumableCapacity: true, FractionalCapacityRange: true,
-}
-
-func newScheduler(ss []resourceapi.ResourceSlice) *scheduler {
-	s := &scheduler{allocated: sets.New[structured.DeviceID]()}
-	for i := range ss {
-		s.slices = append(s.slices, &ss[i])
-	}
-	return s
-}
-
-// allocate asks for one MIG device of the profile and returns the device
-// allocated, or "" when none fits.
-func (s *scheduler) allocate(t *testing.T, profile string) string {
-	t.Helper()
-	mig := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "mig.carve.dev"},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.driver == "gpu.carve.dev" && device.attributes["gpu.carve.dev"].type == "mig"`}}}}}
-	s.n++
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("c%d", s.n), UID: types.UID(fmt.Sprintf("uid-%d", s.n))},
-		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{
-			DeviceClassName: "mig.carve.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-				Expression: fmt.Sprintf(`device.attributes["gpu.carve.dev"].profile == %q`, profile)}}},
-		}}}}}}
-	state := structured.AllocatedState{
-		AllocatedDevices:         s.allocated,
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-	alloc, err := structured.NewAllocator(context.Background(), defaultFeatures, state, classes{mig}, s.slices,
-		cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := alloc.Allocate(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, []*resourceapi.ResourceClaim{claim})
-	if err != nil {
-		t.Fatalf("allocate %s: %v", profile, err)
-	}
-	if len(res) == 0 {
-		return ""
-	}
-	r := res[0].Devices.Results[0]
-	s.allocated.Insert(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
-	return r.Device
-}
-
 // TestAllocatorPacks: the scheduler's own allocator, reading carve's
 // slices, fills one dynamic GPU before the next and places small
 // profiles where they leave the large ones room: a 3g.40gb and then a
@@ -183,14 +103,36 @@ func TestAllocatorPacks(t *testing.T) {
 			[]string{"gpu-1-dyn-1g10gb-6", "gpu-1-dyn-1g10gb-5", "gpu-1-dyn-3g40gb-0", "gpu-2-dyn-2g20gb-4", "gpu-1-dyn-1g10gb-me-4", "gpu-2-dyn-1g10gb-me-6"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := newScheduler(pool(t, m, 2))
+			s := alloc.New(node, pool(t, m, 2), alloc.MIGClass())
 			var got []string
 			for _, p := range c.profiles {
-				got = append(got, s.allocate(t, p))
+				d, err := s.Allocate(context.Background(), p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, d)
 			}
 			if diff := cmp.Diff(c.want, got); diff != "" {
 				t.Errorf("allocated (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestAllocatorIsIncubating: with the scheduler's default features the
+// allocator library picks its "incubating" implementation, the one whose
+// order (slices by name, then devices in slice order) carve's slices are
+// laid out for.
+func TestAllocatorIsIncubating(t *testing.T) {
+	m, _ := partition.LookupModel("H100-80GB")
+	got, err := alloc.New(node, pool(t, m, 1), alloc.MIGClass()).Implementation(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != "incubating" {
+		t.Errorf("allocator picked: %q, want incubating", got)
+	}
+	if f := alloc.DefaultFeatures(); !f.PartitionableDevices || !f.DeviceTaints || !f.ConsumableCapacity {
+		t.Errorf("default features lack partitionable devices, device taints or consumable capacity: %+v", f)
 	}
 }

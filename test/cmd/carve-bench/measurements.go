@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/carve-dev/carve/test/bench/allocate"
+	"github.com/carve-dev/carve/test/bench/claims"
 	"github.com/carve-dev/carve/test/bench/live"
 	"github.com/carve-dev/carve/test/bench/memory"
+	"github.com/carve-dev/carve/test/bench/packing"
 	"github.com/carve-dev/carve/test/bench/planning"
 	"github.com/carve-dev/carve/test/bench/reconfig"
 	"github.com/carve-dev/carve/test/bench/report"
@@ -36,11 +38,17 @@ func measurements() []measurement {
 		{name: "planning", title: "Planning cost as machines grow", run: func(ctx context.Context, e *environment) ([]report.Table, error) {
 			return planning.Run(ctx, planning.Options{Short: e.short, Log: e.log})
 		}},
+		{name: "packing", title: "Packing on-demand MIG devices", run: func(ctx context.Context, e *environment) ([]report.Table, error) {
+			return packing.Run(ctx, packing.Options{Short: e.short, Log: e.log})
+		}},
 		{name: "live", title: "Live update vs restart, and the API cost", cluster: true, run: func(ctx context.Context, e *environment) ([]report.Table, error) {
 			return live.Run(ctx, live.Options{Cluster: e.cluster, Agent: e.agent, Short: e.short, Log: e.log})
 		}},
 		{name: "memory", title: "Agent memory", cluster: true, run: func(ctx context.Context, e *environment) ([]report.Table, error) {
 			return memory.Run(ctx, memory.Options{Cluster: e.cluster, Agent: e.agent, Short: e.short, Log: e.log})
+		}},
+		{name: "claims", title: "Claim to running under DRA: MIG made on demand", cluster: true, run: func(ctx context.Context, e *environment) ([]report.Table, error) {
+			return claims.Run(ctx, claims.Options{Cluster: e.cluster, Agent: e.agent, Short: e.short, Log: e.log})
 		}},
 	}
 }
