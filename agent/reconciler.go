@@ -348,6 +348,12 @@ func (r *Reconciler) retryInterval() time.Duration {
 	return r.RetryInterval
 }
 
+// isAction reports whether the event tells of something the pass did,
+// rather than of a state the node is in.
+func isAction(e Event) bool {
+	return !e.Warning && (e.Reason == carvev1.ReasonOperandsPaused || e.Reason == carvev1.ReasonOperandsRestored)
+}
+
 func (r *Reconciler) appliedSharing() map[int]timeslice.Sharing {
 	if r.applied == nil {
 		return nil
@@ -355,14 +361,17 @@ func (r *Reconciler) appliedSharing() map[int]timeslice.Sharing {
 	return r.applied.sharing
 }
 
-// dedupe drops the events the previous reconcile emitted already.
+// dedupe drops the events the previous reconcile emitted already: a state
+// that lasts (pending, draining, blocked) is told once, not every pass.
+// Events of something done in this pass (operands paused or put back) are
+// kept even when the previous pass did the same: two restores are two.
 func (r *Reconciler) dedupe(evs []Event) []Event {
 	seen := make(map[string]bool, len(evs))
 	var out []Event
 	for _, e := range evs {
 		k := e.Reason + "\x00" + e.Message
 		seen[k] = true
-		if !r.lastEvents[k] {
+		if !r.lastEvents[k] || isAction(e) {
 			out = append(out, e)
 		}
 	}
