@@ -77,19 +77,13 @@ func (p *pass) claimInstances() map[string][]partition.Placement {
 	return nil
 }
 
-// planView is planningView of the node as this pass read it, for the
-// state it wants, with the claims' instances read now.
+// planView is the node as this pass read it, as the planner sees it for
+// want: on each GPU dynamic in want, the instances made for claims are
+// left out (desired.State.WithoutClaimInstances). The claims' instances
+// are read now, after the GPUs: a device made for a claim is recorded
+// before it is made, so one the read found is among them.
 func (p *pass) planView(want desired.State) partition.Node {
-	return planningView(p.node, want, p.claimInstances())
-}
-
-// planningView is the node as the planner sees it for want: on each GPU
-// dynamic in want, the instances made for claims are left out
-// (desired.State.WithoutClaimInstances). Call it after reading the GPUs:
-// a device made for a claim is recorded before it is made, so one the read
-// found is in claims.
-func planningView(node partition.Node, want desired.State, claims map[string][]partition.Placement) partition.Node {
-	return want.WithoutClaimInstances(node, claims)
+	return want.WithoutClaimInstances(p.node, p.claimInstances())
 }
 
 // offerDynamic tells a DynamicAdvertiser which GPUs to offer as dynamic
@@ -103,7 +97,7 @@ func (p *pass) offerDynamic() {
 		return // no profile resolved in this pass: the GPUs stay as offered
 	}
 	claims := da.ClaimInstances()
-	view := planningView(p.node, p.want, claims)
+	view := p.want.WithoutClaimInstances(p.node, claims)
 	var ready []dra.DynamicGPU
 	var changing []string
 	for _, g := range view.GPUs {

@@ -212,7 +212,7 @@ func (p *pass) reportWithheld(causes map[string][]int) {
 // realised reports whether the profile the pass resolved is realised on a
 // GPU: planning it needs no operation.
 func (p *pass) realised(g partition.GPU) bool {
-	view := planningView(partition.Node{GPUs: []partition.GPU{g}, Models: p.node.Models}, p.want, p.claimInstances())
+	view := p.want.WithoutClaimInstances(partition.Node{GPUs: []partition.GPU{g}, Models: p.node.Models}, p.claimInstances())
 	gp, err := partition.PlanGPU(view.GPUs[0], p.node.Models[g.Index], p.want.Targets[g.Index], nil)
 	return err == nil && gp.NoOp()
 }

@@ -44,7 +44,7 @@ func (d *Driver) makeInstance(ctx context.Context, uid, name string, dd DynamicD
 	case !ok:
 		rec = carvev1.ClaimInstance{Claim: uid, GPU: dd.GPUUUID, GPUIndex: dd.GPUIndex, Profile: dd.Profile.Name,
 			ProfileID: dd.Profile.ID, Placement: carvev1.Placement{Start: dd.At.Start, Size: dd.At.Size}}
-		if err := d.placementFree(rec); err != nil {
+		if err := d.placementFree(dd.GPUIndex, dd.GPUUUID, dd.At); err != nil {
 			d.markUnavailable(ctx, name, err)
 			return "", fmt.Errorf("make %s %s at %s on GPU %d: %w", name, rec.Profile, dd.At, rec.GPUIndex, err)
 		}
@@ -142,28 +142,43 @@ func (d *Driver) markUnavailable(ctx context.Context, name string, cause error) 
 	}
 }
 
-// placementFree checks, from a fresh read, that nothing sits where a new
-// device of rec would go: an instance there that carve did not make for a
-// claim is never taken over nor destroyed.
-func (d *Driver) placementFree(rec carvev1.ClaimInstance) error {
-	if d.cfg.GPUs == nil {
-		return errors.New("no GPUs to make MIG devices on")
-	}
-	dev, err := d.cfg.GPUs.Device(rec.GPUIndex)
+// placementFree checks, from a fresh read, that the GPU is in MIG mode
+// and that nothing sits where a new device at placement at would go: an
+// instance there that carve did not make for a claim is never taken over
+// nor destroyed.
+func (d *Driver) placementFree(index int, uuid string, at partition.Placement) error {
+	g, err := d.readGPU(index, uuid)
 	if err != nil {
 		return err
 	}
-	g, err := partition.ReadGPU(dev)
-	if err != nil {
-		return err
+	if g.MIGMode != partition.MIGEnabled {
+		return fmt.Errorf("%w: GPU %d: MIG mode is %s, not enabled", partition.ErrStateChanged, index, g.MIGMode)
 	}
-	at := partition.Placement{Start: rec.Placement.Start, Size: rec.Placement.Size}
 	for _, in := range g.Instances {
 		if in.Placement.Overlaps(at) {
 			return fmt.Errorf("%w: a %s GPU instance at %s, not made for a claim, is in the way", partition.ErrStateChanged, in.Profile, in.Placement)
 		}
 	}
 	return nil
+}
+
+// readGPU reads GPU index afresh; it must be the GPU uuid.
+func (d *Driver) readGPU(index int, uuid string) (partition.GPU, error) {
+	if d.cfg.GPUs == nil {
+		return partition.GPU{}, errors.New("no GPUs to make MIG devices on")
+	}
+	dev, err := d.cfg.GPUs.Device(index)
+	if err != nil {
+		return partition.GPU{}, err
+	}
+	g, err := partition.ReadGPU(dev)
+	if err != nil {
+		return partition.GPU{}, err
+	}
+	if g.UUID != uuid {
+		return partition.GPU{}, fmt.Errorf("%w: GPU %d is %s, not %s", partition.ErrStateChanged, index, g.UUID, uuid)
+	}
+	return g, nil
 }
 
 // saveInstance records rec as name's and writes the record.
@@ -182,19 +197,9 @@ type instancePlanner func(partition.GPU, partition.GIProfile, partition.Placemen
 // plan; it returns the MIG UUID at rec's placement afterwards ("" when
 // none is there).
 func (d *Driver) runInstancePlan(ctx context.Context, rec carvev1.ClaimInstance, planner instancePlanner) (string, error) {
-	if d.cfg.GPUs == nil {
-		return "", errors.New("no GPUs to make MIG devices on")
-	}
-	dev, err := d.cfg.GPUs.Device(rec.GPUIndex)
+	g, err := d.readGPU(rec.GPUIndex, rec.GPU)
 	if err != nil {
 		return "", err
-	}
-	g, err := partition.ReadGPU(dev)
-	if err != nil {
-		return "", err
-	}
-	if g.UUID != rec.GPU {
-		return "", fmt.Errorf("%w: GPU %d is %s, not %s", partition.ErrStateChanged, rec.GPUIndex, g.UUID, rec.GPU)
 	}
 	at := partition.Placement{Start: rec.Placement.Start, Size: rec.Placement.Size}
 	profile := partition.GIProfile{ID: rec.ProfileID, Name: rec.Profile}
@@ -205,7 +210,7 @@ func (d *Driver) runInstancePlan(ctx context.Context, rec carvev1.ClaimInstance,
 	if err := (&partition.Applier{Lib: d.cfg.GPUs, AfterOp: d.cfg.AfterOp}).Apply(ctx, plan); err != nil {
 		return "", err
 	}
-	if g, err = partition.ReadGPU(dev); err != nil {
+	if g, err = d.readGPU(rec.GPUIndex, rec.GPU); err != nil {
 		return "", err
 	}
 	for _, in := range g.Instances {
@@ -301,18 +306,7 @@ func (d *Driver) recheckUnavailableLocked() {
 			delete(d.unavailable, name)
 			continue
 		}
-		if time.Since(mark.since) < unavailableHold {
-			continue
-		}
-		dev, err := d.cfg.GPUs.Device(dd.GPUIndex)
-		if err != nil {
-			continue
-		}
-		g, err := partition.ReadGPU(dev)
-		if err != nil {
-			continue
-		}
-		if plan, err := partition.InstancePlan(g, dd.Profile, dd.At); err == nil && len(plan.Ops) == 2 {
+		if time.Since(mark.since) >= unavailableHold && d.placementFree(dd.GPUIndex, dd.GPUUUID, dd.At) == nil {
 			delete(d.unavailable, name)
 		}
 	}
