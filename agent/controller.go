@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -78,6 +79,10 @@ type Controller struct {
 	inUse atomic.Value
 	// backoff spaces the retries of failed reconciles; made by Run.
 	backoff workqueue.TypedRateLimiter[string]
+	// wrote is the Node as this agent's latest write of it returned it
+	// (remember); sync reads it rather than the informer's copy while that
+	// copy is older (newest).
+	wrote atomic.Pointer[corev1.Node]
 }
 
 // MinRetryBackoff and MaxRetryBackoff bound the exponential backoff after
@@ -267,6 +272,7 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 	if !ok {
 		return time.Time{}, false, fmt.Errorf("node %s: unexpected object %T", c.NodeName, obj)
 	}
+	node = c.newest(node)
 	in := Input{Labels: node.Labels, Now: c.now()}
 	in.Config, in.Revision, in.ConfigErr = c.loadConfig(cms)
 	if s, ok := node.Annotations[carvev1.AnnotationRecord]; ok {
@@ -292,14 +298,19 @@ func (c *Controller) sync(ctx context.Context, nodes, cms cache.Store) (time.Tim
 	if err != nil {
 		return time.Time{}, false, err
 	}
-	patch, err := MetadataPatch(node.Labels, res.Labels, in.Previous, node.Annotations, map[string]string{carvev1.AnnotationRecord: enc})
+	// The pass may have written the Node itself (the state applying, the
+	// record that says mid-change): the patch is against that.
+	cur := c.newest(node)
+	patch, err := MetadataPatch(cur.Labels, res.Labels, in.Previous, cur.Annotations, map[string]string{carvev1.AnnotationRecord: enc})
 	if err != nil {
 		return time.Time{}, false, err
 	}
 	if patch != nil {
-		if _, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		n, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
 			return time.Time{}, false, fmt.Errorf("patch node %s: %w", c.NodeName, err)
 		}
+		c.remember(n)
 	}
 	c.inUse.Store(inUseKey(res.Annotation.InUse))
 	if res.ReleaseSlot {
@@ -397,18 +408,63 @@ func (c *Controller) RecordChange(ctx context.Context, rec carvev1.NodeRecord) e
 	if err != nil {
 		return fmt.Errorf("record the change in progress: %w", err)
 	}
-	if _, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	n, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
 		return fmt.Errorf("record the change in progress on node %s: %w", c.NodeName, err)
 	}
+	c.remember(n)
 	return nil
 }
 
 // patchState sets carve.dev/state alone.
 func (c *Controller) patchState(ctx context.Context, state string) {
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, carvev1.LabelState, state)
-	if _, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	n, err := c.Client.Nodes().Patch(ctx, c.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
 		c.logger().Warn("could not record the state", "state", state, "err", err)
+		return
 	}
+	c.remember(n)
+}
+
+// remember keeps n, the Node as a write of this agent returned it, unless
+// a newer one is kept.
+func (c *Controller) remember(n *corev1.Node) {
+	if n == nil {
+		return
+	}
+	for {
+		old := c.wrote.Load()
+		if old != nil && !newerNode(n, old) {
+			return
+		}
+		if c.wrote.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// newest is the newer of cached, the informer's copy of the Node, and
+// the Node as this agent's latest write returned it. A pass diffs its
+// result against what it reads here: against the informer's copy alone,
+// a write it has not seen yet (the record that says mid-change, the state
+// applying, both written in the middle of a pass) would be taken for not
+// done, and a label or record that the pass sets back to what that copy
+// shows would be left out of the patch, so that the node would keep
+// saying applying, or mid-change after its rollout slot is released.
+func (c *Controller) newest(cached *corev1.Node) *corev1.Node {
+	if w := c.wrote.Load(); w != nil && w.UID == cached.UID && newerNode(w, cached) {
+		return w
+	}
+	return cached
+}
+
+// newerNode reports whether a is a later version of the Node than b, by
+// their resourceVersions (comparable for one resource since Kubernetes
+// 1.35); false when either does not parse.
+func newerNode(a, b *corev1.Node) bool {
+	cmp, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion)
+	return err == nil && cmp > 0
 }
 
 // evict asks the Eviction API to evict the pods holding devices a change

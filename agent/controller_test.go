@@ -16,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
+	"github.com/carve-dev/carve/internal/apitest"
 	"github.com/carve-dev/carve/kubeclient/clientset"
 	"github.com/carve-dev/carve/plugin"
 )
@@ -222,6 +224,59 @@ func TestInputLabelsChanged(t *testing.T) {
 	for _, tt := range tests {
 		if got := inputLabelsChanged(tt.old, tt.cur); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestControllerDiffsAgainstItsOwnWrites: a pass diffs its result against
+// the newest Node the agent knows, the informer's copy or the Node its own
+// latest write returned. Here the informer's copy stays behind the writes
+// of the pass (the state applying, the record): the pass still sets the
+// state back to success, and a second pass on the same old copy writes
+// nothing. Diffing against the old copy alone leaves the node saying
+// applying, and writes the record again.
+func TestControllerDiffsAgainstItsOwnWrites(t *testing.T) {
+	h := newHarness(t, "h100-80gb*1")
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "node-1-uid", Labels: map[string]string{
+		"carve.dev/profile": "balanced", carvev1.LabelState: carvev1.StateSuccess,
+	}}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "carve-system", Name: "carve-profiles"},
+		Data: map[string]string{ConfigKey: testProfiles}}
+	client, _ := apitest.NewStrict(node, cm) // every write a new resourceVersion, as on the real server
+	c := &Controller{
+		Client: clientset.Wrap(client), NodeName: "node-1", ConfigMapNamespace: "carve-system", ConfigMapName: "carve-profiles",
+		Reconciler: h.r, Logger: slog.New(slog.DiscardHandler),
+	}
+	h.r.Hooks.BeforeApply = c.RecordApplying
+	stale, err := client.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, cms := cache.NewStore(cache.MetaNamespaceKeyFunc), cache.NewStore(cache.MetaNamespaceKeyFunc)
+	if err := nodes.Add(stale); err != nil { // the informer's copy, never updated
+		t.Fatal(err)
+	}
+	if err := cms.Add(cm); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := c.sync(ctx, nodes, cms); err != nil {
+		t.Fatal(err)
+	}
+	n, err := client.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Labels[carvev1.LabelState]; got != carvev1.StateSuccess || n.Labels[carvev1.LabelApplied] != "balanced" {
+		t.Fatalf("after the pass that applied balanced: state %q, applied %q; want success, balanced", got, n.Labels[carvev1.LabelApplied])
+	}
+	client.ClearActions()
+	if _, _, err := c.sync(ctx, nodes, cms); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" {
+			t.Errorf("a pass with nothing to do patched the Node again: %s", a.(k8stesting.PatchAction).GetPatch())
 		}
 	}
 }

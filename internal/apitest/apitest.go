@@ -1,6 +1,6 @@
 // Package apitest makes client-go's fake clientset enforce what the real
 // API server enforces and the fake does not: every stored object carries a
-// resourceVersion, an update that names an older one is refused with a
+// resourceVersion, every write (a patch too) gives it a new one, an update that names an older one is refused with a
 // Conflict, a delete whose preconditions (UID, resourceVersion) no longer
 // hold is refused with a Conflict, and a list with a field selector is
 // filtered by it (the fields the real server supports for the resource:
@@ -15,10 +15,13 @@
 package apitest
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +31,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -56,6 +61,7 @@ func NewStrict(objects ...runtime.Object) (*fake.Clientset, *Strict) {
 	s.cs.PrependReactor("create", "*", s.create)
 	s.cs.PrependReactor("update", "*", s.update)
 	s.cs.PrependReactor("delete", "*", s.delete)
+	s.cs.PrependReactor("patch", "*", s.patch)
 	s.cs.PrependReactor("list", "*", s.list)
 	return s.cs, s
 }
@@ -153,6 +159,75 @@ func (s *Strict) delete(action k8stesting.Action) (bool, runtime.Object, error) 
 		}
 	}
 	return true, nil, s.cs.Tracker().Delete(gvr, ns, a.GetName())
+}
+
+// patch applies a JSON, merge or strategic merge patch to the stored
+// object and gives it a new resourceVersion, as every write on the real
+// server does (the plain fake keeps the old one); one watch event follows.
+// A patch that names a resourceVersion must name the stored one.
+func (s *Strict) patch(action k8stesting.Action) (bool, runtime.Object, error) {
+	a, ok := action.(k8stesting.PatchAction)
+	if !ok || a.GetSubresource() != "" || a.GetPatchType() == types.ApplyPatchType {
+		return false, nil, nil
+	}
+	gvr, ns := a.GetResource(), a.GetNamespace()
+	cur, err := s.cs.Tracker().Get(gvr, ns, a.GetName())
+	if err != nil {
+		return true, nil, err
+	}
+	obj, err := patched(cur, a.GetPatchType(), a.GetPatch())
+	if err != nil {
+		return true, nil, apierrors.NewBadRequest(fmt.Sprintf("apitest: patch %s %s: %v", gvr.Resource, a.GetName(), err))
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return true, nil, fmt.Errorf("apitest: patch without object metadata: %w", err)
+	}
+	stored, _ := meta.Accessor(cur)
+	if rv := m.GetResourceVersion(); rv != stored.GetResourceVersion() {
+		return true, nil, apierrors.NewConflict(gvr.GroupResource(), a.GetName(),
+			fmt.Errorf("the object has been modified; please apply your changes to the latest version and try again (resourceVersion %s, stored %s)", rv, stored.GetResourceVersion()))
+	}
+	m.SetResourceVersion(s.next())
+	if err := s.cs.Tracker().Update(gvr, obj, ns); err != nil {
+		return true, nil, err
+	}
+	return true, obj.DeepCopyObject(), nil
+}
+
+// patched is cur with the patch applied, a new object of cur's type.
+func patched(cur runtime.Object, pt types.PatchType, patch []byte) (runtime.Object, error) {
+	old, err := json.Marshal(cur)
+	if err != nil {
+		return nil, err
+	}
+	var modified []byte
+	switch pt {
+	case types.JSONPatchType:
+		p, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			return nil, err
+		}
+		modified, err = p.Apply(old)
+		if err != nil {
+			return nil, err
+		}
+	case types.MergePatchType:
+		if modified, err = jsonpatch.MergePatch(old, patch); err != nil {
+			return nil, err
+		}
+	case types.StrategicMergePatchType:
+		if modified, err = strategicpatch.StrategicMergePatch(old, patch, cur); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("patch type %s is not supported", pt)
+	}
+	obj := reflect.New(reflect.TypeOf(cur).Elem()).Interface().(runtime.Object)
+	if err := json.Unmarshal(modified, obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }
 
 // stored is the metadata of the object stored under name.

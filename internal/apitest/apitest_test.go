@@ -2,6 +2,7 @@ package apitest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -9,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestStrictEnforcesResourceVersion: an update naming an old
@@ -46,6 +48,31 @@ func TestStrictEnforcesResourceVersion(t *testing.T) {
 	}
 	if got := s.Unconditional(); len(got) != 1 || got[0] != "leases ns/m" {
 		t.Errorf("unconditional writes %v, want [leases ns/m]", got)
+	}
+}
+
+// TestStrictPatch: a merge patch is applied and gives the object a new
+// resourceVersion, returned and stored; a patch that names an old
+// resourceVersion is a Conflict.
+func TestStrictPatch(t *testing.T) {
+	ctx := context.Background()
+	cs, _ := NewStrict(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"a": "1"}}})
+	nodes := cs.CoreV1().Nodes()
+	before, err := nodes.Get(ctx, "n", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := nodes.Patch(ctx, "n", types.MergePatchType, []byte(`{"metadata":{"labels":{"b":"2"}}}`), metav1.PatchOptions{})
+	if err != nil || after.ResourceVersion == before.ResourceVersion || after.Labels["a"] != "1" || after.Labels["b"] != "2" {
+		t.Fatalf("patch: %v, resourceVersion %q after %q, labels %v", err, after.GetResourceVersion(), before.ResourceVersion, after.GetLabels())
+	}
+	stored, err := nodes.Get(ctx, "n", metav1.GetOptions{})
+	if err != nil || stored.ResourceVersion != after.ResourceVersion || stored.Labels["b"] != "2" {
+		t.Fatalf("stored after the patch: %v, resourceVersion %q, labels %v; want %q", err, stored.GetResourceVersion(), stored.GetLabels(), after.ResourceVersion)
+	}
+	stale := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"labels":{"c":"3"}}}`, before.ResourceVersion)
+	if _, err := nodes.Patch(ctx, "n", types.MergePatchType, []byte(stale), metav1.PatchOptions{}); !apierrors.IsConflict(err) {
+		t.Errorf("patch naming an old resourceVersion: %v, want a Conflict", err)
 	}
 }
 

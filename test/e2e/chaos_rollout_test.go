@@ -166,10 +166,39 @@ func (f *chaosFleet) stopAll(t *testing.T) {
 				t.Logf("%s log (tail):\n%s", a.node, harness.Tail(a.logPath(), 40))
 			}
 		}
+		f.keepLogs(t)
 	}
 	if err := cleanFleet(f.cs, chaosFleetLabel, chaosFleetCM); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
+}
+
+// keepLogs copies every agent's log and MIG operation journal into the
+// folder CARVE_E2E_KEEP names, if it is set, so that a failure can be read
+// in full after the test's temporary folders are gone.
+func (f *chaosFleet) keepLogs(t *testing.T) {
+	t.Helper()
+	dir := os.Getenv("CARVE_E2E_KEEP")
+	if dir == "" {
+		return
+	}
+	dir = filepath.Join(dir, t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("keep the fleet's logs: %v", err)
+		return
+	}
+	for _, a := range f.agents {
+		for _, src := range []string{a.logPath(), a.journalPath()} {
+			b, err := os.ReadFile(src)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, a.node+"-"+filepath.Base(src)), b, 0o644)
+			}
+			if err != nil {
+				t.Logf("keep %s: %v", src, err)
+			}
+		}
+	}
+	t.Logf("the fleet's logs are kept in %s", dir)
 }
 
 // agent returns the fleet's agent of node.
@@ -280,7 +309,7 @@ func (f *chaosFleet) runPhase(ctx context.Context, t *testing.T, cc *clusterCase
 func (f *chaosFleet) checkBound(t *testing.T, cc *clusterCase, seen midPhase) {
 	t.Helper()
 	for _, o := range seen.over {
-		f.blameAll(o)
+		f.blameAll(o.text)
 	}
 	for _, p := range midProblems(f.watch, seen, 2) {
 		cc.fail(t, "%s", p)

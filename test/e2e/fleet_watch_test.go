@@ -17,10 +17,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/test/harness"
@@ -63,81 +63,126 @@ type midEvent struct {
 	mid    bool
 	change string // the change's since, profile and slot when mid
 	count  int
+	via    string // what showed it: the watch's event or a List, and at which revision
 }
 
 // midWatch counts, from outside the agents, the nodes of a fleet whose
 // record (the carve.dev/partition annotation) says they are mid-change,
 // and keeps the most seen at once, every sample over a bound, and a
-// timeline. It is fed by a Node informer (every event, in the API
-// server's order) and by a List on a fast ticker, which keeps it current
-// while the informer backs off after an API server outage. The view
-// stands at one revision of the API server (at): an event is applied only
-// when it is newer than that, and a List, a snapshot at one revision, only
-// when it is newer, and then whole, before the nodes are counted, so that
-// every count is of a state the API server really had.
+// timeline. It follows the Nodes with a plain watch, whose events come
+// one by one in the API server's order, from the revision its view stands
+// at (at); when the watch cannot go on from there (the API server was
+// stopped, the revision was compacted), a List, a snapshot at one
+// revision, is taken in whole and the watch starts again from it. So
+// every count is of a state the API server really had, at revision at.
+// (An informer is not used: after it lists again it hands out the listed
+// objects in name order, not the order they changed in, and a count in
+// between mixes revisions.)
 type midWatch struct {
 	bound int
 	start time.Time
+	// cs and selector read the Nodes again, at a sample's revision
+	// exactly, to confirm it (confirm); cs is nil in unit tests.
+	cs       kubernetes.Interface
+	selector string
 
 	mu       sync.Mutex
 	at       uint64
 	mid      map[string]*carvev1.ChangeRecord
 	spans    map[string][]midSpan
 	most     int
-	over     []string
+	over     []overSample
 	timeline []midEvent
 }
 
-// watchMidChange starts watching the Nodes selector matches until ctx
-// ends: an informer, and a List every tick. bound is the most nodes
-// that may be mid-change at once.
-func watchMidChange(ctx context.Context, t *testing.T, cs kubernetes.Interface, selector string, bound int, tick time.Duration) *midWatch {
+// overSample is a count over the bound: what was counted, and the
+// revision of the API server it was counted at.
+type overSample struct {
+	text string
+	rev  uint64
+}
+
+// watchMidChange starts following the Nodes selector matches until ctx
+// ends. bound is the most nodes that may be mid-change at once; retry
+// paces the attempts to watch or list again while the API server is down.
+func watchMidChange(ctx context.Context, t *testing.T, cs kubernetes.Interface, selector string, bound int, retry time.Duration) *midWatch {
 	t.Helper()
-	w := &midWatch{bound: bound, start: time.Now(), mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	inf := f.Core().V1().Nodes().Informer()
-	node := func(obj any) *corev1.Node {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		n, _ := obj.(*corev1.Node)
-		return n
+	w := &midWatch{bound: bound, start: time.Now(), cs: cs, selector: selector, mid: map[string]*carvev1.ChangeRecord{}, spans: map[string][]midSpan{}}
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatalf("list the fleet's Nodes: %v", err)
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { w.observe(node(o), false, time.Now()) },
-		UpdateFunc: func(_, o any) { w.observe(node(o), false, time.Now()) },
-		DeleteFunc: func(o any) { w.observe(node(o), true, time.Now()) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("Node informer did not sync")
-	}
-	go w.listEvery(ctx, cs, selector, tick)
+	w.snapshot(list, time.Now())
+	go w.follow(ctx, retry)
 	return w
 }
 
-// listEvery lists the Nodes every tick until ctx ends; failed Lists (the
-// API server is down) are skipped.
-func (w *midWatch) listEvery(ctx context.Context, cs kubernetes.Interface, selector string, tick time.Duration) {
-	tk := time.NewTicker(tick)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// follow keeps the view current until ctx ends: a watch from the view's
+// revision, then another; when one cannot start or ends in an error, a
+// List first. While the API server is down, each try waits retry.
+func (w *midWatch) follow(ctx context.Context, retry time.Duration) {
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := w.watchFrom(ctx)
+		switch {
+		case ctx.Err() != nil:
 			return
-		case <-tk.C:
+		case err == nil && time.Since(began) > time.Second:
+			continue
+		case err == nil:
+			sleepCtx(ctx, retry)
+			continue
 		}
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		list, err := cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{LabelSelector: selector})
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		list, lerr := w.cs.CoreV1().Nodes().List(lctx, metav1.ListOptions{LabelSelector: w.selector})
 		cancel()
-		if err != nil {
+		if lerr != nil {
+			sleepCtx(ctx, retry)
 			continue
 		}
 		w.snapshot(list, time.Now())
 	}
+}
+
+// watchFrom watches the Nodes from the view's revision and takes in each
+// event, in order, until the watch ends: nil when it ended by itself
+// (the next one goes on from where it stopped), an error when it could
+// not start or the API server ended it with one (a List comes first).
+func (w *midWatch) watchFrom(ctx context.Context) error {
+	w.mu.Lock()
+	rv := strconv.FormatUint(w.at, 10)
+	w.mu.Unlock()
+	wi, err := w.cs.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv, AllowWatchBookmarks: true})
+	if err != nil {
+		return err
+	}
+	defer wi.Stop()
+	for ev := range wi.ResultChan() {
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+			n, _ := ev.Object.(*corev1.Node)
+			w.observe(n, ev.Type == watch.Deleted, time.Now())
+		case watch.Bookmark:
+			if n, ok := ev.Object.(*corev1.Node); ok {
+				w.advance(n.ResourceVersion)
+			}
+		case watch.Error:
+			return apierrors.FromObject(ev.Object)
+		}
+	}
+	return nil
+}
+
+// advance moves the view to revision rv, which a bookmark says the watch
+// has given every event up to.
+func (w *midWatch) advance(rv string) {
+	r, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.at = max(w.at, r)
 }
 
 // snapshot takes in a List, the API server's state at the List's
@@ -156,14 +201,15 @@ func (w *midWatch) snapshot(list *corev1.NodeList, at time.Time) {
 	w.at = rv
 	first := len(w.timeline)
 	listed := map[string]bool{}
+	via := "list at " + list.ResourceVersion
 	for i := range list.Items {
 		n := &list.Items[i]
 		listed[n.Name] = true
-		w.setLocked(n.Name, changeOf(n, false), at)
+		w.setLocked(n.Name, changeOf(n, false), at, via)
 	}
 	for node := range w.mid {
 		if !listed[node] {
-			w.setLocked(node, nil, at)
+			w.setLocked(node, nil, at, via)
 		}
 	}
 	for i := first; i < len(w.timeline); i++ {
@@ -184,10 +230,9 @@ func changeOf(n *corev1.Node, gone bool) *carvev1.ChangeRecord {
 	return nil
 }
 
-// observe takes in an informer's event for a node, seen at at, unless the
-// view stands at a newer revision (a List has covered it); gone says the
-// node was deleted, which is taken in whatever its revision. Then it
-// counts.
+// observe takes in a watch event for a node, seen at at, unless the view
+// stands at a newer revision (a List has covered it); gone says the node
+// was deleted, which is taken in whatever its revision. Then it counts.
 func (w *midWatch) observe(n *corev1.Node, gone bool, at time.Time) {
 	if n == nil {
 		return
@@ -201,14 +246,14 @@ func (w *midWatch) observe(n *corev1.Node, gone bool, at time.Time) {
 		}
 		w.at = rv
 	}
-	if w.setLocked(n.Name, change, at) {
+	if w.setLocked(n.Name, change, at, "event at "+n.ResourceVersion) {
 		w.countLocked(at)
 	}
 }
 
 // setLocked sets node's change in progress (nil: none) and reports
 // whether that changed whether it is mid-change; w.mu is held.
-func (w *midWatch) setLocked(node string, change *carvev1.ChangeRecord, at time.Time) bool {
+func (w *midWatch) setLocked(node string, change *carvev1.ChangeRecord, at time.Time, via string) bool {
 	_, was := w.mid[node]
 	if change != nil {
 		w.mid[node] = change
@@ -218,14 +263,14 @@ func (w *midWatch) setLocked(node string, change *carvev1.ChangeRecord, at time.
 	if was == (change != nil) {
 		return false
 	}
-	w.mark(node, change, at)
+	w.mark(node, change, at, via)
 	return true
 }
 
 // mark records that node entered (change not nil) or left a change at at;
 // w.mu is held.
-func (w *midWatch) mark(node string, change *carvev1.ChangeRecord, at time.Time) {
-	ev := midEvent{at: at, node: node, mid: change != nil, count: len(w.mid)}
+func (w *midWatch) mark(node string, change *carvev1.ChangeRecord, at time.Time, via string) {
+	ev := midEvent{at: at, node: node, mid: change != nil, count: len(w.mid), via: via}
 	spans := w.spans[node]
 	if change != nil {
 		ev.change = fmt.Sprintf("since %s, profile %s, slot %s", change.Since, change.Profile, change.Slot)
@@ -243,7 +288,8 @@ func (w *midWatch) countLocked(at time.Time) {
 	n := len(w.mid)
 	w.most = max(w.most, n)
 	if w.bound > 0 && n > w.bound {
-		w.over = append(w.over, fmt.Sprintf("%s: %d nodes mid-change (bound %d): %s", w.since(at), n, w.bound, w.describeLocked()))
+		w.over = append(w.over, overSample{rev: w.at,
+			text: fmt.Sprintf("%s: %d nodes mid-change (bound %d) at revision %d: %s", w.since(at), n, w.bound, w.at, w.describeLocked())})
 	}
 }
 
@@ -268,7 +314,7 @@ type midPhase struct {
 	// most is the most nodes seen mid-change at once.
 	most int
 	// over are the samples over the bound.
-	over []string
+	over []overSample
 	// timeline is every node seen entering or leaving a change.
 	timeline []midEvent
 }
@@ -334,7 +380,7 @@ func (w *midWatch) format(tl []midEvent) string {
 		if ev.mid {
 			what = "mid-change (" + ev.change + ")"
 		}
-		fmt.Fprintf(&b, "  %s %s %s -> %d mid-change\n", w.since(ev.at), ev.node, what, ev.count)
+		fmt.Fprintf(&b, "  %s %s %s -> %d mid-change (%s)\n", w.since(ev.at), ev.node, what, ev.count, ev.via)
 	}
 	return b.String()
 }
@@ -346,14 +392,43 @@ func (w *midWatch) format(tl []midEvent) string {
 func midProblems(w *midWatch, seen midPhase, least int) []string {
 	var out []string
 	if len(seen.over) > 0 {
+		var samples []string
+		for _, s := range seen.over {
+			samples = append(samples, s.text+"\n    "+w.confirm(s))
+		}
 		out = append(out, fmt.Sprintf("more than %d nodes mid-change at once (%d samples):\n  %s\ntimeline:\n%s",
-			w.bound, len(seen.over), strings.Join(seen.over, "\n  "), w.format(seen.timeline)))
+			w.bound, len(seen.over), strings.Join(samples, "\n  "), w.format(seen.timeline)))
 	}
 	if seen.most < least {
 		out = append(out, fmt.Sprintf("at most %d nodes seen mid-change at once; want %d to %d (the bound, used)\ntimeline:\n%s",
 			seen.most, least, w.bound, w.format(seen.timeline)))
 	}
 	return out
+}
+
+// confirm counts a sample over the bound a second way: it lists the
+// fleet's Nodes as they were at the sample's revision exactly (the API
+// server keeps a few minutes of history) and says how many were
+// mid-change then.
+func (w *midWatch) confirm(s overSample) string {
+	if w.cs == nil {
+		return "(not confirmed: no client)"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rv := strconv.FormatUint(s.rev, 10)
+	list, err := w.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+	if err != nil {
+		return fmt.Sprintf("(not confirmed: the Nodes at revision %s cannot be listed: %v)", rv, err)
+	}
+	var mid []string
+	for i := range list.Items {
+		if c := changeOf(&list.Items[i], false); c != nil {
+			mid = append(mid, fmt.Sprintf("%s (slot %s)", list.Items[i].Name, c.Slot))
+		}
+	}
+	slices.Sort(mid)
+	return fmt.Sprintf("(the Nodes listed at exactly revision %s: %d mid-change: %s)", rv, len(mid), strings.Join(mid, ", "))
 }
 
 // TestMidWatchCounts checks the watch's bookkeeping without a cluster: a
@@ -382,14 +457,14 @@ func TestMidWatchCounts(t *testing.T) {
 	w.observe(node("c", 12, true), false, at(4))
 	w.observe(node("a", 13, false), false, at(5))
 	got := w.take()
-	if got.most != 3 || len(got.over) != 1 || !strings.Contains(got.over[0], "a (since") || !strings.Contains(got.over[0], "c (since") {
-		t.Errorf("most %d, over %q; want 3, and one sample over 2 naming a, b and c", got.most, got.over)
+	if got.most != 3 || len(got.over) != 1 || !strings.Contains(got.over[0].text, "a (since") || !strings.Contains(got.over[0].text, "c (since") || got.over[0].rev != 12 {
+		t.Errorf("most %d, over %v; want 3, and one sample over 2 naming a, b and c", got.most, got.over)
 	}
 	if len(got.timeline) != 4 {
 		t.Errorf("timeline of %d events, want 4:\n%s", len(got.timeline), w.format(got.timeline))
 	}
 	if next := w.take(); next.most != 2 || len(next.over) != 0 {
-		t.Errorf("after take: most %d, over %q; want 2 (b and c) and none", next.most, next.over)
+		t.Errorf("after take: most %d, over %v; want 2 (b and c) and none", next.most, next.over)
 	}
 	// A List at revision 20 in which c is done and d began: one state of
 	// the API server, counted once (2), never c and d together (3).
@@ -399,7 +474,7 @@ func TestMidWatchCounts(t *testing.T) {
 		Items: []corev1.Node{*node("c", 12, true)}}, at(7)) // older than the view
 	w.observe(node("c", 15, true), false, at(8)) // an event the List covered
 	if got := w.take(); got.most != 2 || len(got.over) != 0 || len(w.midNow()) != 2 {
-		t.Errorf("after a List: most %d, over %q, mid %v; want 2, none, b and d", got.most, got.over, w.midNow())
+		t.Errorf("after a List: most %d, over %v, mid %v; want 2, none, b and d", got.most, got.over, w.midNow())
 	}
 	w.observe(node("c", 21, true), false, at(9))
 	for _, c := range []struct {
