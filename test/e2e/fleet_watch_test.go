@@ -91,6 +91,7 @@ type midWatch struct {
 	mid      map[string]*carvev1.ChangeRecord
 	spans    map[string][]midSpan
 	most     int
+	mostRev  uint64 // the revision most was first counted at
 	over     []overSample
 	timeline []midEvent
 }
@@ -286,7 +287,9 @@ func (w *midWatch) mark(node string, change *carvev1.ChangeRecord, at time.Time,
 // count over the bound with the nodes counted; w.mu is held.
 func (w *midWatch) countLocked(at time.Time) {
 	n := len(w.mid)
-	w.most = max(w.most, n)
+	if n > w.most {
+		w.most, w.mostRev = n, w.at
+	}
 	if w.bound > 0 && n > w.bound {
 		w.over = append(w.over, overSample{rev: w.at,
 			text: fmt.Sprintf("%s: %d nodes mid-change (bound %d) at revision %d: %s", w.since(at), n, w.bound, w.at, w.describeLocked())})
@@ -311,8 +314,10 @@ func (w *midWatch) since(at time.Time) string {
 
 // midPhase is what a midWatch saw between two takes.
 type midPhase struct {
-	// most is the most nodes seen mid-change at once.
-	most int
+	// most is the most nodes seen mid-change at once, first at revision
+	// mostRev.
+	most    int
+	mostRev uint64
 	// over are the samples over the bound.
 	over []overSample
 	// timeline is every node seen entering or leaving a change.
@@ -324,8 +329,8 @@ type midPhase struct {
 func (w *midWatch) take() midPhase {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	p := midPhase{most: w.most, over: w.over, timeline: w.timeline}
-	w.most, w.over, w.timeline = len(w.mid), nil, nil
+	p := midPhase{most: w.most, mostRev: w.mostRev, over: w.over, timeline: w.timeline}
+	w.most, w.mostRev, w.over, w.timeline = len(w.mid), w.at, nil, nil
 	return p
 }
 
@@ -388,9 +393,16 @@ func (w *midWatch) format(tl []midEvent) string {
 // midProblems says what is wrong with what w saw in a phase: more than
 // its bound mid-change at once, or fewer than least at most (least > 0:
 // the rollout runs that many changes side by side, and the watch sees
-// them).
+// them), or a most that the Nodes listed at its revision do not show (the
+// watch itself is wrong).
 func midProblems(w *midWatch, seen midPhase, least int) []string {
 	var out []string
+	if seen.most > 0 && w.cs != nil {
+		if n, desc, err := w.listedAt(seen.mostRev); err == nil && n != seen.most {
+			out = append(out, fmt.Sprintf("the watch counted %d nodes mid-change at revision %d, but the Nodes listed at exactly that revision show %d: %s\ntimeline:\n%s",
+				seen.most, seen.mostRev, n, desc, w.format(seen.timeline)))
+		}
+	}
 	if len(seen.over) > 0 {
 		var samples []string
 		for _, s := range seen.over {
@@ -406,20 +418,28 @@ func midProblems(w *midWatch, seen midPhase, least int) []string {
 	return out
 }
 
-// confirm counts a sample over the bound a second way: it lists the
-// fleet's Nodes as they were at the sample's revision exactly (the API
-// server keeps a few minutes of history) and says how many were
-// mid-change then.
+// confirm counts a sample over the bound a second way (listedAt).
 func (w *midWatch) confirm(s overSample) string {
 	if w.cs == nil {
 		return "(not confirmed: no client)"
 	}
+	n, desc, err := w.listedAt(s.rev)
+	if err != nil {
+		return fmt.Sprintf("(not confirmed: %v)", err)
+	}
+	return fmt.Sprintf("(the Nodes listed at exactly revision %d: %d mid-change: %s)", s.rev, n, desc)
+}
+
+// listedAt lists the fleet's Nodes as they were at revision rev exactly
+// (the API server keeps a few minutes of history) and returns how many
+// were mid-change then, and which.
+func (w *midWatch) listedAt(rev uint64) (int, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rv := strconv.FormatUint(s.rev, 10)
+	rv := strconv.FormatUint(rev, 10)
 	list, err := w.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 	if err != nil {
-		return fmt.Sprintf("(not confirmed: the Nodes at revision %s cannot be listed: %v)", rv, err)
+		return 0, "", fmt.Errorf("list the Nodes at revision %s: %w", rv, err)
 	}
 	var mid []string
 	for i := range list.Items {
@@ -428,7 +448,7 @@ func (w *midWatch) confirm(s overSample) string {
 		}
 	}
 	slices.Sort(mid)
-	return fmt.Sprintf("(the Nodes listed at exactly revision %s: %d mid-change: %s)", rv, len(mid), strings.Join(mid, ", "))
+	return len(mid), strings.Join(mid, ", "), nil
 }
 
 // TestMidWatchCounts checks the watch's bookkeeping without a cluster: a
