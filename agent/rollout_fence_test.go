@@ -153,6 +153,31 @@ func TestReleaseAfterTakeoverLeavesTheNewHolder(t *testing.T) {
 	}
 }
 
+// A renewal that reached the API server but whose answer never came (cut
+// short as the slot was released) leaves the holder with an older
+// version than the stored one: the release reads the slot again and, as
+// it still names this node, deletes it; no slot is left held after the
+// change.
+func TestReleaseAfterAnUnansweredRenewal(t *testing.T) {
+	f := newFleet(t, "gpu-a")
+	a := f.agent("gpu-a")
+	if d := f.acquire(a); !d.Granted {
+		t.Fatalf("gpu-a: %+v", d)
+	}
+	renewed := f.slot()
+	renewed.Spec.RenewTime = new(metav1.NewMicroTime(f.wall.Now().Add(time.Second)))
+	if _, err := f.cs.CoordinationV1().Leases(fenceNS).Update(context.Background(), renewed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	_, err := f.cs.CoordinationV1().Leases(fenceNS).Get(context.Background(), rollout.SlotName(fenceCM, 0), metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the slot after its holder released it: %v, want it gone", err)
+	}
+}
+
 // A holder whose slot was taken over cannot renew it (its update names
 // the version it read): it learns it lost the slot, and its fence closes.
 func TestRenewAfterTakeoverLosesTheSlot(t *testing.T) {

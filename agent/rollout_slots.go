@@ -242,8 +242,11 @@ func (l *LeaseRollout) Confirm(ctx context.Context) error {
 }
 
 // Release implements Rollout: it deletes the slot Lease, on condition that
-// it is still the version this node last wrote; a slot taken over or
-// released since is left alone.
+// it is still the version this node last wrote. When it is not, the slot
+// is read again: one another node took over, or released and took anew,
+// is left alone; one that still names this node (a renewal whose answer
+// never came, cut short as the slot was released, wrote it) is deleted at
+// the version read.
 func (l *LeaseRollout) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.stopLocked()
@@ -253,10 +256,23 @@ func (l *LeaseRollout) Release(ctx context.Context) error {
 	if lease == nil {
 		return nil
 	}
-	err := l.Client.Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
+	err := l.deleteSlot(ctx, lease)
+	if apierrors.IsConflict(err) {
+		var cur *coordinationv1.Lease
+		cur, err = l.Client.Leases(l.Namespace).Get(ctx, lease.Name, metav1.GetOptions{})
+		if err == nil && cur.UID == lease.UID && cur.Spec.HolderIdentity != nil && *cur.Spec.HolderIdentity == l.Node {
+			err = l.deleteSlot(ctx, cur)
+		}
+	}
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("release rollout slot %s: %w", lease.Name, err)
 	}
 	return nil
+}
+
+// deleteSlot deletes the slot Lease on condition that it is still the
+// version given.
+func (l *LeaseRollout) deleteSlot(ctx context.Context, lease *coordinationv1.Lease) error {
+	return l.Client.Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
 }
