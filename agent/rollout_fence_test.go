@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	carvev1 "github.com/carve-dev/carve/api/v1"
 	"github.com/carve-dev/carve/configs"
@@ -175,6 +178,48 @@ func TestReleaseAfterAnUnansweredRenewal(t *testing.T) {
 	_, err := f.cs.CoordinationV1().Leases(fenceNS).Get(context.Background(), rollout.SlotName(fenceCM, 0), metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the slot after its holder released it: %v, want it gone", err)
+	}
+}
+
+// Two renewals of one slot (the renewer's and Confirm's) never overlap:
+// here the first is held in flight long enough for a second to start
+// beside it. Overlapping, both would name the same version, and one would
+// get a Conflict and could lose the node its own slot; one after the
+// other, both succeed.
+func TestRenewalsDoNotOverlap(t *testing.T) {
+	f := newFleet(t, "gpu-a")
+	a := f.agent("gpu-a")
+	if d := f.acquire(a); !d.Granted {
+		t.Fatalf("gpu-a: %+v", d)
+	}
+	a.pause()
+	var once sync.Once
+	first, second := make(chan struct{}), make(chan struct{})
+	f.cs.(*fake.Clientset).PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		isFirst := false
+		once.Do(func() { isFirst = true })
+		if !isFirst {
+			close(second)
+			return false, nil, nil
+		}
+		close(first)
+		select { // hold the first until a second starts, or 200 ms
+		case <-second:
+		case <-time.After(200 * time.Millisecond):
+		}
+		return false, nil, nil
+	})
+	errs := make(chan error, 2)
+	go func() { errs <- a.renewOnce(context.Background()) }()
+	<-first
+	go func() { errs <- a.Confirm(context.Background()) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("renewal: %v", err)
+		}
+	}
+	if !a.Holding() || a.Fence() != nil {
+		t.Errorf("after two renewals: holding %v, fence %v; want the slot held", a.Holding(), a.Fence())
 	}
 }
 

@@ -82,7 +82,11 @@ type LeaseRollout struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 
-	mu sync.Mutex
+	// renewMu makes renewals of the slot (the renewer's, Confirm's) one
+	// after the other: two at once would name the same version, and the
+	// one refused would take the slot for lost.
+	renewMu sync.Mutex
+	mu      sync.Mutex
 	// held is the slot Lease as this agent last wrote or read it, nil
 	// when it holds none; renewed is when (Monotonic) the request of its
 	// last successful write began; lost says why the last slot was lost.

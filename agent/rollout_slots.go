@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -151,6 +152,8 @@ func (l *LeaseRollout) renew(ctx context.Context, done chan struct{}) {
 // renewOnce renews the held slot now, on condition that it is still the
 // version this agent last wrote; a Conflict or NotFound loses it.
 func (l *LeaseRollout) renewOnce(ctx context.Context) error {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
 	l.mu.Lock()
 	if l.held == nil {
 		l.mu.Unlock()
@@ -236,6 +239,9 @@ func (l *LeaseRollout) Fence() error {
 // Confirm implements Rollout: it renews the slot now, conditionally.
 func (l *LeaseRollout) Confirm(ctx context.Context) error {
 	if err := l.renewOnce(ctx); err != nil {
+		if errors.Is(err, ErrFenced) {
+			return err
+		}
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}
 	return nil
