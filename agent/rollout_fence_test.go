@@ -93,6 +93,16 @@ func (f *fleet) acquire(l *LeaseRollout) rollout.Decision {
 	return d
 }
 
+// holder is node's LeaseRollout, holding slot 0.
+func (f *fleet) holder(node string) *LeaseRollout {
+	f.t.Helper()
+	l := f.agent(node)
+	if d := f.acquire(l); !d.Granted {
+		f.t.Fatalf("%s: %+v", node, d)
+	}
+	return l
+}
+
 // slot reads slot 0.
 func (f *fleet) slot() *coordinationv1.Lease {
 	f.t.Helper()
@@ -163,10 +173,7 @@ func TestReleaseAfterTakeoverLeavesTheNewHolder(t *testing.T) {
 // change.
 func TestReleaseAfterAnUnansweredRenewal(t *testing.T) {
 	f := newFleet(t, "gpu-a")
-	a := f.agent("gpu-a")
-	if d := f.acquire(a); !d.Granted {
-		t.Fatalf("gpu-a: %+v", d)
-	}
+	a := f.holder("gpu-a")
 	renewed := f.slot()
 	renewed.Spec.RenewTime = new(metav1.NewMicroTime(f.wall.Now().Add(time.Second)))
 	if _, err := f.cs.CoordinationV1().Leases(fenceNS).Update(context.Background(), renewed, metav1.UpdateOptions{}); err != nil {
@@ -188,10 +195,7 @@ func TestReleaseAfterAnUnansweredRenewal(t *testing.T) {
 // other, both succeed.
 func TestRenewalsDoNotOverlap(t *testing.T) {
 	f := newFleet(t, "gpu-a")
-	a := f.agent("gpu-a")
-	if d := f.acquire(a); !d.Granted {
-		t.Fatalf("gpu-a: %+v", d)
-	}
+	a := f.holder("gpu-a")
 	a.pause()
 	var once sync.Once
 	first, second := make(chan struct{}), make(chan struct{})
