@@ -312,19 +312,7 @@ func (l *LeaseRollout) clearFailure(ctx context.Context) error {
 		return nil
 	}
 	name := rollout.FailureName(l.ConfigMap, l.Node)
-	leases := l.Client.Leases(l.Namespace)
-	var err error
-	for try := range 2 {
-		if cur == nil || try > 0 {
-			if cur, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
-				break
-			}
-		}
-		err = leases.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}})
-		if !apierrors.IsConflict(err) {
-			break
-		}
-	}
+	err := l.deleteLease(ctx, name, cur, func(*coordinationv1.Lease) bool { return true })
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove the failure Lease %s: %w", name, err)
 	}

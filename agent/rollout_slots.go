@@ -262,23 +262,37 @@ func (l *LeaseRollout) Release(ctx context.Context) error {
 	if lease == nil {
 		return nil
 	}
-	err := l.deleteSlot(ctx, lease)
-	if apierrors.IsConflict(err) {
-		var cur *coordinationv1.Lease
-		cur, err = l.Client.Leases(l.Namespace).Get(ctx, lease.Name, metav1.GetOptions{})
-		if err == nil && cur.UID == lease.UID && cur.Spec.HolderIdentity != nil && *cur.Spec.HolderIdentity == l.Node {
-			err = l.deleteSlot(ctx, cur)
-		}
-	}
+	err := l.deleteLease(ctx, lease.Name, lease, func(cur *coordinationv1.Lease) bool {
+		return cur.UID == lease.UID && leaseView(cur).Holder == l.Node
+	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("release rollout slot %s: %w", lease.Name, err)
 	}
 	return nil
 }
 
-// deleteSlot deletes the slot Lease on condition that it is still the
-// version given.
-func (l *LeaseRollout) deleteSlot(ctx context.Context, lease *coordinationv1.Lease) error {
-	return l.Client.Leases(l.Namespace).Delete(ctx, lease.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
+// deleteLease deletes the Lease name on condition that it is still the
+// version cur (read first when cur is nil). When it is not (a Conflict),
+// it reads the Lease again, once, and deletes it at the version read
+// while mine says it is still this node's; one mine disowns is left alone
+// (nil).
+func (l *LeaseRollout) deleteLease(ctx context.Context, name string, cur *coordinationv1.Lease, mine func(*coordinationv1.Lease) bool) error {
+	leases := l.Client.Leases(l.Namespace)
+	var err error
+	for try := range 2 {
+		if cur == nil || try > 0 {
+			if cur, err = leases.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			if !mine(cur) {
+				return nil
+			}
+		}
+		err = leases.Delete(ctx, name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion}})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
 }

@@ -76,8 +76,8 @@ type midEvent struct {
 // revision, is taken in whole and the watch starts again from it. So
 // every count is of a state the API server really had, at revision at.
 // (An informer is not used: after it lists again it hands out the listed
-// objects in name order, not the order they changed in, and a count in
-// between mixes revisions.)
+// objects one by one in the list's order, not the order they changed in,
+// and a count in between mixes revisions.)
 type midWatch struct {
 	bound int
 	start time.Time
