@@ -128,6 +128,7 @@ func helmPolicyDeniesHold(ctx context.Context, t *testing.T, c *cluster.Cluster,
 		t.Fatalf("the chart's agent writing %s (dry run): %v", carvev1.LabelState, err)
 	}
 	policy := helmRelease + "-agent-node-writes"
+	waitNamedPolicyInForce(ctx, t, agentCS, c.NodeName(), policy)
 	_, err = agentCS.CoreV1().Nodes().Patch(ctx, c.NodeName(), types.MergePatchType, []byte(labelPatch(carvev1.LabelHold, carvev1.HoldTrue)), dry)
 	prefix := fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", policy, policy, ruleLabels)
 	if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), prefix) || !strings.HasSuffix(err.Error(), ", not "+carvev1.LabelHold) {

@@ -509,7 +509,14 @@ func tokenAgentClient(t *testing.T, c *cluster.Cluster, token string) kubeclient
 // asks with a dry run of a patch the policy denies.
 func waitPolicyInForce(ctx context.Context, t *testing.T, client kubernetes.Interface, node string) {
 	t.Helper()
-	denial := fmt.Sprintf("ValidatingAdmissionPolicy '%s'", nodePolicy)
+	waitNamedPolicyInForce(ctx, t, client, node, nodePolicy)
+}
+
+// waitNamedPolicyInForce is waitPolicyInForce for the node-writes policy
+// named policy (the chart names it after its release).
+func waitNamedPolicyInForce(ctx context.Context, t *testing.T, client kubernetes.Interface, node, policy string) {
+	t.Helper()
+	denial := fmt.Sprintf("ValidatingAdmissionPolicy '%s'", policy)
 	var last error
 	err := harness.Poll(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
 		_, last = client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(labelPatch("team", "a")),
@@ -517,7 +524,7 @@ func waitPolicyInForce(ctx context.Context, t *testing.T, client kubernetes.Inte
 		return last != nil && strings.Contains(last.Error(), denial), nil
 	})
 	if err != nil {
-		t.Fatalf("ValidatingAdmissionPolicy %s not in force after 30 s: the last dry run answered %v: %v", nodePolicy, last, err)
+		t.Fatalf("ValidatingAdmissionPolicy %s not in force after 30 s: the last dry run answered %v: %v", policy, last, err)
 	}
 }
 
